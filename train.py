@@ -12,11 +12,13 @@ weights_only=True), config.json, metrics.jsonl (one JSON line per log interval) 
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,8 +27,8 @@ import torch
 from tqdm import tqdm
 
 import evaluate
-from halting import SCHEDULES
-from tasks import TASKS, eval_set, get_task, train_batch
+from halting import SCHEDULES, make_schedule
+from tasks import TASKS, curriculum_n_max, eval_set, get_task, task_kwargs, train_batch
 
 
 def opt(default, help: str, **kw):
@@ -39,13 +41,35 @@ class Config:
     # what to train
     task: str = opt("dyck", "task name", choices=list(TASKS))
     schedule: str = opt("window", "stop schedule", choices=list(SCHEDULES))
-    w: int = opt(5, "window half-width: D ~ Unif{-w..w} (window, fixed_window)")
+    w: int = opt(5, "window half-width: D ~ Unif{-w..w} (window, fixed_window, multidepth)")
     K: int = opt(20, "the constant depth c of fixed and fixed_window")
     T_max: int = opt(20, "training truncation: no training depth exceeds T_max")
     T_test: int = opt(30, "test-time maximum depth; every test depth is clipped to 1..T_test")
     n_min: int = opt(1, "shortest training length")
     n_max: int = opt(19, "longest training length (SPEC: n < 20); longer test lengths are OOD")
+    # learned and weighted schedules (halting.py)
+    lambda_ent: float = opt(0.001, "rl: weight of the entropy bonus H(pi(.|x)) in L_halt")
+    beta: float = opt(0.01, "ponder: weight of KL(q || truncated geometric(lambda_p))")
+    lambda_p: float = opt(0.2, "ponder: parameter of the truncated geometric prior, in (0, 1)")
+    alpha: float = opt(0.5, "ponder: exit at the first t with cumulative q >= alpha")
+    ponder_rule: str = opt("alpha", "ponder test rule: alpha (cumulative q >= alpha) or argmax (argmax_t q_t)",
+                           choices=["alpha", "argmax"])
+    prior: str = opt("geometric", "fixed_prior: input-independent depth prior", choices=["uniform", "geometric"])
+    lam: float = opt(0.3, "fixed_prior: parameter of the truncated geometric prior, in (0, 1)")
+    tau_act: float = opt(0.01, "act: ponder-cost weight tau")
+    act_eps: float = opt(0.01, "act: halt once the cumulative halting probability reaches 1 - act_eps")
+    curriculum: bool = opt(False, "length curriculum (Fan et al.): the longest training length starts at "
+                                  "curriculum_start and grows by 1 every curriculum_every steps up to n_max")
+    curriculum_start: int = opt(2, "first longest training length under --curriculum")
+    curriculum_every: int = opt(50, "steps between +1 increases of the longest training length")
+    # task knobs
+    V: int = opt(16, "unique_set: values lie in {0..V-1} (paper scale: 50)")
+    p: int = opt(23, "mano: the modulus p of Z_p")
+    m_train: str = opt("1,2", "multiplication: comma-separated widths m of b, one drawn per training sample")
+    m_test: int = opt(2, "multiplication: width m of b in every evaluation set")
     active_set: bool = opt(True, "shrink the batch as samples reach their depth (sum tau, not B*max tau)")
+    compile: bool = opt(False, "torch.compile the shared block for training (checkpoints stay clean, eval eager)")
+    amp: bool = opt(True, "bf16 autocast for training on CUDA (ignored on CPU, where it is slower)")
     # model
     d_model: int = opt(64, "model width D")
     n_head: int = opt(4, "attention heads")
@@ -69,6 +93,7 @@ class Config:
     out_dir: str = opt("", "run directory (default out/{task}-{schedule})")
     resume: bool = opt(False, "continue from out_dir's ckpt.pt")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N or mps")
+    threads: int = opt(0, "CPU threads for torch (0: torch's default); use 1 per process when sharing cores")
     preset: str = opt("cpu", "cpu (defaults above) or paper (SPEC paper scale, for a GPU)", choices=["cpu", "paper"])
     # logging and evaluation
     log_interval: int = opt(50, "steps between log lines")
@@ -82,7 +107,7 @@ class Config:
 
 # SPEC section 3, paper scale: d_model 256, 8 heads, L=3, AdamW, batch 64, 100k steps, lr 1e-4, wd 0.01
 PRESETS = {"cpu": {},
-           "paper": dict(d_model=256, n_head=8, n_layer=3, max_iters=100_000, batch_size=64, lr=1e-4,
+           "paper": dict(V=50, d_model=256, n_head=8, n_layer=3, max_iters=100_000, batch_size=64, lr=1e-4,
                          beta2=0.999, warmup_iters=1000, eval_samples=512, log_interval=200,
                          eval_interval=5000, ckpt_interval=2000)}
 
@@ -131,6 +156,7 @@ def validate(cfg: Config) -> None:
          f"--d_model {cfg.d_model} --n_head {cfg.n_head}: d_model must be a positive multiple of n_head"),
         (cfg.n_layer >= 1, f"--n_layer {cfg.n_layer}: must be >= 1"),
         (cfg.seeds >= 1, f"--seeds {cfg.seeds}: must be >= 1"),
+        (cfg.threads >= 0, f"--threads {cfg.threads}: must be >= 0"),
         (cfg.eval_samples >= 1, f"--eval_samples {cfg.eval_samples}: must be >= 1"),
         (min(cfg.log_interval, cfg.eval_interval, cfg.ckpt_interval) >= 1, "--log/eval/ckpt_interval: must be >= 1"),
     ]
@@ -141,8 +167,13 @@ def validate(cfg: Config) -> None:
         lengths = test_lengths(cfg)
     except ValueError:
         raise ValueError(f"--test_lengths {cfg.test_lengths!r}: must be comma-separated integers") from None
+    if cfg.curriculum and not (cfg.curriculum_every >= 1 and cfg.n_min <= cfg.curriculum_start <= cfg.n_max):
+        raise ValueError(f"--curriculum_every {cfg.curriculum_every} --curriculum_start {cfg.curriculum_start}: "
+                         f"need curriculum_every >= 1 and n_min <= curriculum_start <= n_max")
+    task = get_task(cfg.task, **task_kwargs(cfg.task, dataclasses.asdict(cfg)))
+    make_schedule(cfg.schedule, **dataclasses.asdict(cfg))  # the schedule checks its own knobs
     for n in lengths + [cfg.n_min, cfg.n_max]:
-        get_task(cfg.task).check_length(n)
+        task.check_length(n)
     if cfg.device != "auto":
         ok = cfg.device == "cpu" or (cfg.device.startswith("cuda") and torch.cuda.is_available()) or (
             cfg.device == "mps" and torch.backends.mps.is_available())
@@ -188,9 +219,15 @@ def write_json(path: str, obj) -> None:
 
 
 def environment() -> dict:
+    """Versions, hardware and the git commit of the code, recorded in config.json and eval.json."""
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
+                                capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
     return {"torch": torch.__version__, "python": platform.python_version(), "hardware": dev,
-            "threads": torch.get_num_threads()}
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "git_commit": commit}
 
 
 def generators(seed: int) -> dict:
@@ -207,11 +244,28 @@ def load_checkpoint(path: str, cfg: Config) -> dict:
         raise ValueError(f"--resume: {path} is not a readable checkpoint ({type(err).__name__})") from None
     if not isinstance(ck, dict) or not {"model", "optimizer", "step", "config"} <= set(ck):
         raise ValueError(f"--resume: {path} is not a train.py checkpoint")
-    keys = ("task", "schedule", "d_model", "n_head", "n_layer", "looped", "inject", "T_test", "seed")
+    keys = ("task", "schedule", "d_model", "n_head", "n_layer", "looped", "inject", "T_test", "seed", "V", "p")
     diff = [f"{k}={ck['config'][k]!r} (now {getattr(cfg, k)!r})" for k in keys if ck["config"].get(k) != getattr(cfg, k)]
     if diff:
         raise ValueError(f"--resume: {path} belongs to another run: " + ", ".join(diff))
     return ck
+
+
+def train_step(model, schedule, optimizer, batch, gen: torch.Generator, grad_clip: float,
+               autocast=contextlib.nullcontext()):
+    """One step: the schedule's loss, backward, gradient clip, AdamW. Returns (loss, grad_norm, stats).
+    A non-finite loss raises FloatingPointError before the weights are touched."""
+    x, y, Tn = batch
+    with autocast:
+        loss, stats = schedule.loss(model, x, y, Tn, gen)
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"non-finite loss {loss.item()}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    gnorm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    optimizer.step()
+    return loss.item(), gnorm.item(), stats
 
 
 def train_run(cfg: Config, run_dir: str, device: str) -> dict:
@@ -221,8 +275,12 @@ def train_run(cfg: Config, run_dir: str, device: str) -> dict:
     torch.manual_seed(cfg.seed)  # parameter init only; data and depths use their own generators
     task, model, schedule = evaluate.build(dataclasses.asdict(cfg))
     model.to(device), schedule.to(device)
-    params = list(model.parameters()) + list(schedule.parameters())
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    if cfg.compile:  # in place: the state_dict keeps its keys (no `_orig_mod.` prefix)
+        for block in model.blocks:
+            block.compile(dynamic=True)
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cfg.amp and device.startswith("cuda")
+                else contextlib.nullcontext())
+    optimizer = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     gens = generators(cfg.seed)
     step, elapsed = 0, 0.0
     if cfg.resume and os.path.exists(ckpt_path):
@@ -244,6 +302,12 @@ def train_run(cfg: Config, run_dir: str, device: str) -> dict:
 
     id_sets = eval_set(task, [n for n in test_lengths(cfg) if n <= cfg.n_max] or [cfg.n_max], 64, cfg.eval_seed)
 
+    def run_eval(sets):  # the eager module: with --compile, evaluation switches compilation off
+        eager = (torch.compiler.set_stance("force_eager") if cfg.compile and hasattr(torch.compiler, "set_stance")
+                 else contextlib.nullcontext())
+        with eager:
+            return evaluate.evaluate(model, schedule, task, sets, cfg.T_test, cfg.eval_batch_size, device, cfg.n_max)
+
     def save(step):
         ck = {"model": model.state_dict(), "schedule": schedule.state_dict(), "optimizer": optimizer.state_dict(),
               "step": step, "elapsed": elapsed, "config": dataclasses.asdict(cfg),
@@ -257,26 +321,25 @@ def train_run(cfg: Config, run_dir: str, device: str) -> dict:
     for it in bar:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(cfg, it)
-        x, y, _, Tn = train_batch(task, cfg.batch_size, cfg.n_min, cfg.n_max, gens["data"])
-        loss, stats = schedule.loss(model, x.to(device), y.to(device), Tn.to(device), gens["depth"])
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {loss.item()} at step {it}; last good checkpoint kept at {ckpt_path}")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-        optimizer.step()
-        for k, v in {"loss": loss.item(), "grad_norm": gnorm.item(), **stats}.items():
+        n_hi = curriculum_n_max(it, cfg.curriculum_start, cfg.n_max, cfg.curriculum_every) if cfg.curriculum else cfg.n_max
+        x, y, _, Tn = train_batch(task, cfg.batch_size, cfg.n_min, n_hi, gens["data"])
+        try:
+            loss, gnorm, stats = train_step(model, schedule, optimizer, (x.to(device), y.to(device), Tn.to(device)),
+                                            gens["depth"], cfg.grad_clip, autocast)
+        except FloatingPointError as err:
+            raise FloatingPointError(f"{err} at step {it + 1}; last good checkpoint kept at {ckpt_path}") from None
+        for k, v in {"loss": loss, "grad_norm": gnorm, **stats}.items():
             acc_stats[k] = acc_stats.get(k, 0.0) + v
         done = it + 1
         if done % cfg.log_interval == 0 or done == cfg.max_iters:
             n_acc = cfg.log_interval if done % cfg.log_interval == 0 else done % cfg.log_interval
             now = time.time()
             elapsed += now - t0
-            rec = {"step": done, "lr": lr_at(cfg, it), **{k: v / n_acc for k, v in acc_stats.items()},
+            rec = {"step": done, "lr": lr_at(cfg, it), "n_max": n_hi, **{k: v / n_acc for k, v in acc_stats.items()},
                    "ms_per_step": 1000 * (now - t0) / n_acc, "elapsed_s": elapsed}
             t0, acc_stats = now, {}
             if done % cfg.eval_interval == 0 or done == cfg.max_iters:
-                e = evaluate.evaluate(model, schedule, task, id_sets, cfg.T_test, cfg.eval_batch_size, device, cfg.n_max)
+                e = run_eval(id_sets)
                 rec["id_acc"] = e["metrics"]["policy_id"]
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -290,7 +353,7 @@ def train_run(cfg: Config, run_dir: str, device: str) -> dict:
     bar.close()
     t_eval = time.time()
     sets = eval_set(task, test_lengths(cfg), cfg.eval_samples, cfg.eval_seed)
-    e = evaluate.evaluate(model, schedule, task, sets, cfg.T_test, cfg.eval_batch_size, device, cfg.n_max)
+    e = run_eval(sets)
     e = {"task": cfg.task, "schedule": cfg.schedule, "seed": cfg.seed, "n_max": cfg.n_max, **e,
          "train_time_s": elapsed, "eval_time_s": time.time() - t_eval, "steps": cfg.max_iters,
          "config": dataclasses.asdict(cfg), "env": environment()}
@@ -298,9 +361,25 @@ def train_run(cfg: Config, run_dir: str, device: str) -> dict:
     return e
 
 
+def init_distributed(device: str):
+    """Under torchrun: (rank, world, device). Seeds are split over the ranks; each rank trains its own."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1, device
+    import torch.distributed as dist
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.startswith("cuda"):
+        device = f"cuda:{local}"
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return dist.get_rank(), world, device
+
+
 def main(argv=None) -> None:
     cfg = parse_args(argv)
-    device = pick_device(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    rank, world, device = init_distributed(pick_device(cfg.device))
     out_dir = cfg.out_dir or os.path.join("out", f"{cfg.task}-{cfg.schedule}")
     try:
         os.makedirs(out_dir, exist_ok=True)
@@ -309,7 +388,7 @@ def main(argv=None) -> None:
     except OSError as err:
         raise ValueError(f"--out_dir {out_dir!r}: cannot write there ({err.strerror})") from None
     evals = []
-    for k in range(cfg.seed, cfg.seed + cfg.seeds):
+    for k in range(cfg.seed + rank, cfg.seed + cfg.seeds, world):  # rank r trains seeds r, r+P, ...
         run_dir = out_dir if cfg.seeds == 1 else os.path.join(out_dir, f"seed{k}")
         run_cfg = dataclasses.replace(cfg, seed=k, out_dir=run_dir)
         done = os.path.join(run_dir, "eval.json")
@@ -317,20 +396,38 @@ def main(argv=None) -> None:
             print(f"seed {k}: finished earlier, skipped ({done})")
             e = evaluate.load_eval(run_dir)
         else:
-            print(f"run {run_dir}: task {cfg.task}, schedule {cfg.schedule}, seed {k}, device {device}")
+            print(f"run {run_dir}: task {cfg.task}, schedule {cfg.schedule}, seed {k}, device {device}"
+                  + (f", rank {rank}/{world}" if world > 1 else ""))
             e = train_run(run_cfg, run_dir, device)
             e["run_dir"] = run_dir
         print(evaluate.format_run(e))
         evals.append(e)
+    if world > 1:  # rank 0 gathers every rank's results and writes the summary
+        import torch.distributed as dist
+        gathered = [None] * world
+        dist.all_gather_object(gathered, evals)
+        evals = sorted((e for part in gathered for e in part), key=lambda e: e["seed"])
+        dist.destroy_process_group()
+        if rank != 0:
+            return
     row = evaluate.table_row(evals)
     print("\n" + evaluate.ROW_HEADER + "\n" + "|---" * 10 + "|\n" + evaluate.format_row(row))
     if cfg.seeds > 1:
-        write_json(os.path.join(out_dir, "summary.json"), row)
+        write_json(os.path.join(out_dir, "summary.json"), {**row, "runs": [e["run_dir"] for e in evals]})
+
+
+def cli(argv=None) -> int:
+    """main() with user errors as one line on stderr: exit 2 for bad input, 1 for a numerical fault."""
+    try:
+        main(argv)
+    except ValueError as err:
+        print(f"train.py: error: {err}", file=sys.stderr)
+        return 2
+    except FloatingPointError as err:
+        print(f"train.py: error: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, FloatingPointError) as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
-        sys.exit(2 if isinstance(err, ValueError) else 1)
+    sys.exit(cli())

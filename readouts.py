@@ -1,0 +1,413 @@
+"""
+Post-hoc readouts: when to stop a *trained, frozen* looped model, read off its trajectory (SPEC
+section 4; Popescu et al. for the signals, D@X and frozen-trajectory gates; Fan et al. for maximum
+confidence). Nothing here changes the model.
+
+A readout turns a trajectory into a per-sample *score* s_t (K, B), higher = readier to stop, and exits
+each sample at the first step whose score crosses a threshold (the last step if none does):
+
+    d(x) = min { t : s_t(x) >= thr }   (d = K if no step qualifies)
+
+Signals of one sample at step t. A sequence task scores several positions (dyck scores every bracket);
+each signal is aggregated over the sample's scored positions by its *worst case*, so a sample stops
+only when every answer position is ready:
+
+    top1           min_pos max_v p_t(v)                      stop when >= thr
+    margin         min_pos (z_t^(1) - z_t^(2))               stop when >= thr   (top-2 logit gap)
+    entropy        max_pos H(p_t)                            stop when <= thr
+    kl             max_pos KL(p_t || p_{t-1})                stop when <= thr   (t = 1: never)
+    logit_change   max_pos ||z_t - z_{t-1}|| / ||z_{t-1}||   stop when <= thr   (t = 1: never)
+    hidden_change  max_pos ||H_t - H_{t-1}|| / ||H_{t-1}||   stop when <= thr   (t = 1 compares H_0)
+    stable         run_t = steps since the predicted answer last changed      stop when >= m
+    self_ce        mean_pos -log max_v p_t(v)   (maximum confidence; Fan et al.'s self-cross-entropy:
+                   the CE of the output against its own greedy prediction)
+
+"<= thr" signals are negated into scores, so one rule serves all. Thresholds come from a quantile sweep
+of the *validation* scores and are chosen on validation only; the test split only reports.
+
+Shape legend: K loop steps, B batch, T sequence length, V vocabulary, D model width, N thresholds.
+
+This file imports only torch, so it can be copied alone.
+"""
+
+import math
+import time
+
+import torch
+import torch.nn as nn
+
+INF = float("inf")
+
+
+# --- signals: each works on one step (B, T, .) or a whole trajectory (K, B, T, .) -------------------
+
+def worst(v: torch.Tensor, scored: torch.Tensor, largest: bool) -> torch.Tensor:
+    """Aggregate a per-position value over each sample's scored positions: max (largest) or min.
+    v (..., B, T), scored (B, T) bool -> (..., B)."""
+    fill = -INF if largest else INF
+    v = v.masked_fill(~scored, fill)
+    return v.amax(-1) if largest else v.amin(-1)
+
+
+def rel_change(a: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    """||a - prev|| / ||prev|| over the last dim. (..., T, C) -> (..., T)."""
+    return (a - prev).norm(dim=-1) / prev.norm(dim=-1).clamp(min=1e-8)
+
+
+def top1(logits, prev_logits, h, prev_h, scored):
+    return worst(logits.softmax(-1).amax(-1), scored, largest=False)
+
+
+def margin(logits, prev_logits, h, prev_h, scored):
+    z = logits.topk(2, dim=-1).values  # (..., B, T, 2)
+    return worst(z[..., 0] - z[..., 1], scored, largest=False)
+
+
+def entropy(logits, prev_logits, h, prev_h, scored):
+    logp = logits.log_softmax(-1)
+    # H(p) = -sum_v p(v) log p(v)
+    return worst(-(logp.exp() * logp).sum(-1), scored, largest=True)
+
+
+def kl(logits, prev_logits, h, prev_h, scored):
+    if prev_logits is None:  # step 1 has nothing to compare with: never stop there
+        return torch.full(logits.shape[:-2], INF, device=logits.device)
+    logp, logq = logits.log_softmax(-1), prev_logits.log_softmax(-1)
+    # KL(p_t || p_{t-1}) = sum_v p_t(v) (log p_t(v) - log p_{t-1}(v))
+    return worst((logp.exp() * (logp - logq)).sum(-1), scored, largest=True)
+
+
+def logit_change(logits, prev_logits, h, prev_h, scored):
+    if prev_logits is None:
+        return torch.full(logits.shape[:-2], INF, device=logits.device)
+    return worst(rel_change(logits, prev_logits), scored, largest=True)
+
+
+def hidden_change(logits, prev_logits, h, prev_h, scored):
+    return worst(rel_change(h, prev_h), scored, largest=True)
+
+
+def self_ce(logits, prev_logits, h, prev_h, scored):
+    # self-CE = -log p_t(yhat_t), yhat_t = argmax_v p_t(v), averaged over the scored positions
+    s = scored.float()
+    return (-logits.log_softmax(-1).amax(-1) * s).sum(-1) / s.sum(-1).clamp(min=1)
+
+
+# name -> (signal function, direction): score = direction * signal, stop when score >= threshold
+SIGNALS = {"top1": (top1, 1), "margin": (margin, 1), "entropy": (entropy, -1), "kl": (kl, -1),
+           "logit_change": (logit_change, -1), "hidden_change": (hidden_change, -1)}
+
+
+def answer(logits: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+    """The predicted answer: argmax at scored positions, -1 elsewhere. (..., B, T, V) -> (..., B, T)."""
+    return logits.argmax(-1).masked_fill(~scored, -1)
+
+
+def update_run(run: torch.Tensor, pred: torch.Tensor, prev_pred: torch.Tensor) -> torch.Tensor:
+    """run_t = run_{t-1} + 1 if the predicted answer is unchanged since step t-1, else 0. (B,)"""
+    return (run + 1) * (pred == prev_pred).all(-1)
+
+
+def pool(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of the hidden state over each sample's real (non-pad) tokens. (..., B, T, D) -> (..., B, D).
+    (halting.pool does the same; repeated here so that this file stands alone.)"""
+    m = mask.unsqueeze(-1).to(h.dtype)  # (B, T, 1)
+    return (h * m).sum(-2) / m.sum(-2).clamp(min=1)
+
+
+@torch.no_grad()
+def trajectory_signals(logits: torch.Tensor, hidden: torch.Tensor, scored: torch.Tensor) -> dict:
+    """Every signal at every step of a trajectory. logits (K, B, T, V), hidden (K+1, B, T, D) with
+    hidden[0] = H_0, scored (B, T) -> {name: (K, B)} (raw signals, not scores)."""
+    out = {}
+    for name, (fn, _) in SIGNALS.items():
+        first = fn(logits[:1], None, hidden[1:2], hidden[:1], scored)  # (1, B)
+        rest = fn(logits[1:], logits[:-1], hidden[2:], hidden[1:-1], scored)  # (K-1, B)
+        out[name] = torch.cat([first, rest])
+    out["self_ce"] = self_ce(logits, None, None, None, scored)
+    preds = answer(logits, scored)  # (K, B, T)
+    run = [torch.zeros(logits.shape[1], dtype=torch.long, device=logits.device)]
+    for t in range(1, len(logits)):
+        run.append(update_run(run[-1], preds[t], preds[t - 1]))
+    out["stable"] = torch.stack(run).float()  # (K, B)
+    return out
+
+
+def score(name: str, signal: torch.Tensor) -> torch.Tensor:
+    """Raw signal -> score (higher = readier to stop)."""
+    return signal * SIGNALS[name][1] if name in SIGNALS else signal
+
+
+# --- the exit rule, sweeps and threshold choice --------------------------------------------------------
+
+def exit_depths(scores: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
+    """d(x) = first t with score_t(x) >= thr, K if none. scores (K, B), thresholds (N,) -> depths (N, B),
+    1-based."""
+    hit = scores.unsqueeze(0) >= thresholds.view(-1, 1, 1)  # (N, K, B)
+    hit[:, -1] = True  # the last step always exits
+    return hit.float().argmax(1) + 1  # argmax returns the first maximum: the first hit
+
+
+def accuracy_at(correct: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+    """Exact-match accuracy when each sample exits at its depth. correct (K, B) bool, depth (N, B) -> (N,)."""
+    return correct.float().gather(0, depth - 1).mean(-1)
+
+
+def report(correct: torch.Tensor, depth: torch.Tensor, groups: torch.Tensor) -> dict:
+    """Test accuracy and mean exit depth of one depth per sample, overall and per group (e.g. length n).
+    correct (K, B) bool, depth (B,), groups (B,)."""
+    ok = correct.float().gather(0, depth.view(1, -1) - 1)[0]  # (B,)
+    gs = sorted(set(groups.tolist()))
+    return {"test_acc": ok.mean().item(), "test_depth": depth.float().mean().item(),
+            "by_group": {"group": gs, "test_acc": [ok[groups == g].mean().item() for g in gs],
+                         "test_depth": [depth[groups == g].float().mean().item() for g in gs]}}
+
+
+def quantile_thresholds(val_scores: torch.Tensor, n: int = 41) -> torch.Tensor:
+    """Candidate thresholds: quantiles 0, 1/(n-1), ..., 1 of the finite validation scores (deduplicated)."""
+    s = val_scores[torch.isfinite(val_scores)].double()
+    if s.numel() == 0:
+        return torch.tensor([INF])
+    return torch.unique(torch.quantile(s, torch.linspace(0, 1, n, dtype=torch.double))).float()
+
+
+def d_at_x(acc: list, depth: list, x: float):
+    """D@X: the smallest mean depth among sweep points with accuracy >= X% (x in %); its index, or None."""
+    ok = [i for i in range(len(acc)) if acc[i] >= x / 100 - 1e-12]
+    return min(ok, key=lambda i: (depth[i], -acc[i])) if ok else None
+
+
+def select(acc: list, depth: list, tol: float = 0.0) -> int:
+    """Index of the operating point: the smallest mean depth whose accuracy is within tol of the best.
+    Called with validation numbers only."""
+    return d_at_x(acc, depth, 100 * (max(acc) - tol))
+
+
+def sweep(val_scores, val_correct, test_scores, test_correct, thresholds, test_groups,
+          tol: float = 0.0, xs=(90, 95, 99)) -> dict:
+    """Accuracy and mean exit depth on both splits for every threshold; the operating point and D@X are
+    chosen on validation and reported on test. scores (K, B_split), correct (K, B_split) bool,
+    thresholds (N,) in score units, test_groups (B_test,): the length n of each test sample."""
+    curve = {"threshold": thresholds.tolist()}
+    depths = {}
+    for split, s, c in (("val", val_scores, val_correct), ("test", test_scores, test_correct)):
+        depths[split] = d = exit_depths(s, thresholds)  # (N, B)
+        curve[f"{split}_acc"] = accuracy_at(c, d).tolist()
+        curve[f"{split}_depth"] = d.float().mean(-1).tolist()
+    i = select(curve["val_acc"], curve["val_depth"], tol)
+    chosen = {**{k: v[i] for k, v in curve.items()}, **report(test_correct, depths["test"][i], test_groups)}
+    d_at = {}
+    for x in xs:
+        j = d_at_x(curve["val_acc"], curve["val_depth"], x)
+        d_at[str(x)] = None if j is None else {k: v[j] for k, v in curve.items()}
+    return {"curve": curve, "chosen": chosen, "d_at": d_at}
+
+
+# --- maximum confidence (Fan et al.) ------------------------------------------------------------------
+
+def max_conf_batch(self_ce: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """Per-batch rule (Fan et al.): every sample of a batch exits at the single step with the lowest mean
+    self-CE over the batch, K* = argmin_t mean_x self_ce_t(x). A "batch" = the samples sharing a group id
+    (one test length, as Fan et al. evaluate each length as one batch). self_ce (K, B) -> depth (B,)."""
+    depth = torch.empty(self_ce.shape[1], dtype=torch.long)
+    for g in groups.unique():
+        sel = groups == g
+        depth[sel] = self_ce[:, sel].mean(1).argmin() + 1
+    return depth
+
+
+def max_conf_sample(self_ce: torch.Tensor) -> torch.Tensor:
+    """Per-sample variant: each sample exits at its own argmin_t self_ce_t(x). (K, B) -> (B,)."""
+    return self_ce.argmin(0) + 1
+
+
+# --- gates fitted on a frozen trajectory (Popescu et al.) ---------------------------------------------
+
+class Gate(nn.Module):
+    """Hazard e_t = sigmoid(g(h_t)) from the pooled hidden state h_t; g linear or a 2-layer MLP. Inputs
+    are standardised with the fitting data's mean and std."""
+
+    def __init__(self, d: int, kind: str = "linear", hidden: int = 64):
+        super().__init__()
+        if kind not in ("linear", "mlp"):
+            raise ValueError(f"unknown gate {kind!r}: choose from linear, mlp")
+        self.kind = kind
+        self.register_buffer("mu", torch.zeros(d))
+        self.register_buffer("sd", torch.ones(d))
+        self.net = nn.Linear(d, 1) if kind == "linear" else nn.Sequential(
+            nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, 1))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., D) -> hazard (...)"""
+        return torch.sigmoid(self.net((h - self.mu) / self.sd)).squeeze(-1)
+
+
+def exit_distribution(e: torch.Tensor) -> torch.Tensor:
+    """q_t = e_t prod_{j<t} (1 - e_j) for t < K, q_K = prod_{j<K} (1 - e_j). e (K, B) -> q (K, B).
+    (halting.stop_distribution is the same with the batch first.)"""
+    surv = torch.cumprod(1 - e, 0)  # prod_{j<=t} (1 - e_j)
+    before = torch.cat([torch.ones_like(e[:1]), surv[:-1]])  # prod_{j<t} (1 - e_j)
+    return torch.cat([e[:-1] * before[:-1], before[-1:]])
+
+
+def truncated_geometric(lam: float, K: int) -> torch.Tensor:
+    """Prior pi_t proportional to lam (1 - lam)^(t-1), t = 1..K, renormalised. (K,) (As in halting.py.)"""
+    if not 0 < lam < 1:
+        raise ValueError(f"geometric parameter {lam}: must be in (0, 1)")
+    p = lam * (1 - lam) ** torch.arange(K, dtype=torch.float)
+    return p / p.sum()
+
+
+def gate_loss(q: torch.Tensor, losses: torch.Tensor, prior: torch.Tensor, beta: float) -> torch.Tensor:
+    """PonderNet objective: mean_x [ sum_t q_t(x) l_t(x) + beta KL(q(x) || prior) ]. q, losses (K, B)."""
+    kl_q = (q * (q.clamp(min=1e-12).log() - prior.log().unsqueeze(1))).sum(0)  # (B,)
+    return ((q * losses).sum(0) + beta * kl_q).mean()
+
+
+def fit_gate(kind: str, pooled: torch.Tensor, losses: torch.Tensor, steps: int = 300, lr: float = 1e-2,
+             beta: float = 0.01, lam: float = 0.2, seed: int = 0) -> Gate:
+    """Fit a gate on a frozen trajectory: pooled (K, B, D) hidden states and losses (K, B) per-step
+    per-sample CE, both precomputed (no gradient reaches the model). Full-batch Adam."""
+    pooled, losses = pooled.detach(), losses.detach()
+    gen = torch.Generator().manual_seed(seed)
+    gate = Gate(pooled.shape[-1], kind)
+    flat = pooled.reshape(-1, pooled.shape[-1])
+    gate.mu.copy_(flat.mean(0)), gate.sd.copy_(flat.std(0).clamp(min=1e-6))
+    layers = [m for m in gate.net.modules() if isinstance(m, nn.Linear)]
+    for m in layers:  # explicit generator: same seed, same gate
+        b = 1 / math.sqrt(m.in_features)
+        nn.init.uniform_(m.weight, -b, b, generator=gen), nn.init.zeros_(m.bias)
+    nn.init.constant_(layers[-1].bias, math.log(lam / (1 - lam)))  # start at the prior's hazard
+    prior = truncated_geometric(lam, pooled.shape[0])
+    opt = torch.optim.Adam(gate.parameters(), lr=lr)
+    for _ in range(steps):
+        loss = gate_loss(exit_distribution(gate(pooled)), losses, prior, beta)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return gate.eval()
+
+
+@torch.no_grad()
+def gate_scores(gate: Gate, pooled: torch.Tensor) -> torch.Tensor:
+    """Cumulative exit mass sum_{s<=t} q_s: exit at the first t where it reaches alpha. (K, B, D) -> (K, B)"""
+    return exit_distribution(gate(pooled)).cumsum(0)
+
+
+# --- every readout on a validation and a test trajectory ---------------------------------------------
+
+ALPHAS = [round(0.05 * i, 2) for i in range(1, 20)]  # alpha = 0.05 .. 0.95
+
+
+def all_readouts(val: dict, test: dict, gates: dict = None, n_thresholds: int = 41, tol: float = 0.0) -> dict:
+    """val, test: {"signals": {name: (K, B)}, "correct": (K, B) bool, "n": (B,), "Tn": (B,), "policy": (B,),
+    "pooled": (K, B, D) if gates}. gates: {name: Gate} already fitted on a third split.
+    Returns {readout: {"kind", "chosen", and for swept readouts "curve", "d_at"}}."""
+    K = test["correct"].shape[0]
+    out = {}
+
+    def add(name, kind, s_val, s_test, thresholds):  # sign: raw signal threshold = sign * threshold
+        out[name] = {"kind": kind, "sign": SIGNALS.get(name, (None, 1))[1], **sweep(s_val, val["correct"], s_test, test["correct"], thresholds,
+                                           test["n"], tol)}
+
+    def steps(split):  # score_t = t: the threshold K exits everyone at depth K
+        return torch.arange(1, K + 1, dtype=torch.float).unsqueeze(1).expand(K, split["correct"].shape[1])
+
+    add("fixed", "depth", steps(val), steps(test), torch.arange(1, K + 1, dtype=torch.float))
+    for name in SIGNALS:
+        s_val, s_test = score(name, val["signals"][name]), score(name, test["signals"][name])
+        add(name, "threshold", s_val, s_test, quantile_thresholds(s_val, n_thresholds))
+    add("stable", "m", val["signals"]["stable"], test["signals"]["stable"], torch.arange(1, K, dtype=torch.float))
+    for name, gate in (gates or {}).items():
+        add(name, "alpha", gate_scores(gate, val["pooled"]), gate_scores(gate, test["pooled"]), torch.tensor(ALPHAS))
+    # rules without a threshold: one depth per test sample
+    c = test["correct"]
+    points = {"max_conf_batch": max_conf_batch(test["signals"]["self_ce"], test["n"]),
+              "max_conf_sample": max_conf_sample(test["signals"]["self_ce"]),
+              "policy": test["policy"], "tn": test["Tn"].clamp(1, K),
+              # the first correct step uses labels: an upper bound, not a readout
+              "oracle_first_correct": torch.where(c.any(0), c.float().argmax(0) + 1, K)}
+    for name, d in points.items():
+        out[name] = {"kind": "point", "chosen": report(c, d.long(), test["n"])}
+    return out
+
+
+# --- early exit that saves compute: exited samples leave the batch --------------------------------------
+
+@torch.no_grad()
+def early_exit(model, x: torch.Tensor, scored: torch.Tensor, mask: torch.Tensor, readout: str,
+               threshold: float, T_max: int, gate: Gate = None):
+    """Run the loop, and after every step drop the rows whose readout says stop: step t costs only the
+    still-active rows. `model` has embed/step/readout. threshold in score units (as in the sweep).
+    Returns the predicted answer (B, T) and the exit depth (B,). Samples do not interact (attention is
+    within a sequence), so each one's result equals the full trajectory read at its exit step."""
+    B = x.shape[0]
+    rows = torch.arange(B, device=x.device)  # original index of each active row
+    pred_out = torch.empty(x.shape, dtype=torch.long, device=x.device)
+    depth_out = torch.empty(B, dtype=torch.long, device=x.device)
+    h0 = prev_h = model.embed(x)  # (B, T, D)
+    prev_logits = prev_pred = None
+    run = torch.zeros(B, dtype=torch.long, device=x.device)
+    cum = torch.zeros(B, device=x.device)  # gate: exit mass so far
+    surv = torch.ones(B, device=x.device)  # gate: prod_{j<t} (1 - e_j)
+    for t in range(1, T_max + 1):
+        h = model.step(prev_h, h0, t)
+        logits = model.readout(h)  # (b, T, V), b = active rows
+        pred = answer(logits, scored)
+        if readout in SIGNALS:
+            fn, sign = SIGNALS[readout]
+            s = sign * fn(logits, prev_logits, h, prev_h, scored).to(x.device)
+        elif readout == "stable":
+            run = run if prev_pred is None else update_run(run, pred, prev_pred)
+            s = run.float()
+        elif gate is not None:
+            e = gate(pool(h, mask))
+            cum, surv = cum + e * surv, surv * (1 - e)
+            s = cum
+        else:
+            raise ValueError(f"unknown readout {readout!r}: choose from {', '.join(SIGNALS)}, stable, or a gate")
+        stop = s >= threshold if t < T_max else torch.ones_like(s, dtype=torch.bool)
+        prev_h, prev_logits, prev_pred = h, logits, pred
+        if stop.any():  # the stopped rows leave the batch
+            pred_out[rows[stop]], depth_out[rows[stop]] = pred[stop], t
+            keep = ~stop
+            if not keep.any():
+                break
+            rows, h0, prev_h, scored, mask = rows[keep], h0[keep], h[keep], scored[keep], mask[keep]
+            prev_logits, prev_pred, run, cum, surv = logits[keep], pred[keep], run[keep], cum[keep], surv[keep]
+    return pred_out, depth_out
+
+
+def time_inference(model, batches: list, rules: list, T_max: int, repeats: int = 3, sync=None) -> list:
+    """Wall time of inference over batches [(x, y, scored, mask)] for rules [(readout, threshold, gate)];
+    readout "fixed" runs every sample to depth = threshold and reads out once (model.forward_depths).
+    Time = best of `repeats` passes. Returns rows {readout, depth (mean exit), acc, seconds}."""
+    sync = sync or (lambda: None)
+    rows = []
+    with torch.no_grad():
+        for name, thr, gate in rules:
+            best = INF
+            for _ in range(repeats):
+                sync()
+                ok, depth, t0 = [], [], time.perf_counter()
+                for x, y, scored, mask in batches:
+                    if name == "fixed":
+                        d = torch.full((len(x),), int(thr), device=x.device)
+                        pred = answer(model.forward_depths(x, d), scored)
+                    else:
+                        pred, d = early_exit(model, x, scored, mask, name, thr, T_max, gate)
+                    ok.append(((pred == y) | ~scored).all(-1)), depth.append(d)
+                sync()
+                best = min(best, time.perf_counter() - t0)
+            rows.append({"readout": f"fixed K={int(thr)}" if name == "fixed" else name, "seconds": best,
+                         "depth": torch.cat(depth).float().mean().item(), "acc": torch.cat(ok).float().mean().item()})
+    return rows
+
+
+def format_timing(rows: list) -> str:
+    """Markdown: mean exit depth, accuracy and wall time of each row, speed-up against the first row."""
+    lines = [f"| inference | mean exit depth | test acc | wall time (s) | speed-up vs {rows[0]['readout']} |",
+             "|---" * 5 + "|"]
+    lines += [f"| {r['readout']} | {r['depth']:.2f} | {100 * r['acc']:.1f} | {r['seconds']:.3f} "
+              f"| {rows[0]['seconds'] / r['seconds']:.2f}x |" for r in rows]
+    return "\n".join(lines)
