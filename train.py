@@ -78,7 +78,7 @@ class Config:
     inject: bool = opt(True, "input injection H_t = Block(H_{t-1} + H_0)")
     looped: bool = opt(True, "looped model; --no-looped: vanilla baseline with distinct layers per step")
     # optimisation
-    max_iters: int = opt(1500, "training steps")
+    max_iters: int = opt(800, "training steps")
     batch_size: int = opt(64, "samples per step")
     lr: float = opt(3e-4, "peak learning rate (AdamW), cosine decay to min_lr")
     min_lr: float = opt(0.0, "learning rate at the end of the cosine decay")
@@ -114,6 +114,10 @@ PRESETS = {"cpu": {},
 
 # --- command line -----------------------------------------------------------------------------------
 
+class HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help shows every default and keeps the examples' line breaks."""
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage dump
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -122,7 +126,7 @@ class Parser(argparse.ArgumentParser):
 def parse_args(argv=None) -> Config:
     """Config from the command line: --name value and --name=value both work; booleans get
     --name/--no-name; a preset fills what was not given explicitly."""
-    p = Parser(description=__doc__.split("\n\n")[1].strip(), formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = Parser(prog="train.py", description=__doc__.split("\n\n")[1].strip(), formatter_class=HelpFormat)
     for f in dataclasses.fields(Config):
         kw = dict(help=f.metadata["help"], default=f.default)
         if f.type is bool or isinstance(f.default, bool):
@@ -369,9 +373,9 @@ def init_distributed(device: str):
     import torch.distributed as dist
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if device.startswith("cuda"):
-        device = f"cuda:{local}"
+        device = f"cuda:{local % torch.cuda.device_count()}"  # more ranks than GPUs: they share
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    dist.init_process_group("gloo")  # only to gather the evals once: gloo works for CPU and shared GPUs
     return dist.get_rank(), world, device
 
 
