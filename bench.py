@@ -75,6 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and depths")
+    p.add_argument("--json", default="", help="also write the table as JSON to this path")
     args = p.parse_args(argv)
     if args.quick:  # re-parse with the quick settings as defaults, so explicit flags still win
         p.set_defaults(**QUICK)
@@ -435,12 +436,11 @@ def main(argv=None) -> list[list[str]]:
     print("| row | measurement | this | against | ratio | target | check |\n" + "|---" * 7 + "|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
+    if args.json:
+        train.write_json(args.json, {"header": header(args), "columns": ["row", "measurement", "this", "against",
+                                     "ratio", "target", "check"], "rows": rows, "env": train.environment()})
     return rows
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as err:
-        print(f"bench.py: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(evaluate.run_cli(main, "bench.py"))

@@ -435,14 +435,19 @@ def main(argv=None) -> None:
             print(f"evaluate.py: --plot skipped: {err}", file=sys.stderr)
 
 
-def cli(argv=None) -> int:
-    """main() with user errors as one line on stderr and exit code 2."""
+def run_cli(main, prog: str, argv=None) -> int:
+    """Run main(argv) as a command: a user error (ValueError) becomes one line on stderr and exit code 2,
+    a numerical fault (FloatingPointError) one line and exit code 1; never a traceback for either."""
     try:
         main(argv)
-    except ValueError as err:
-        print(f"evaluate.py: error: {err}", file=sys.stderr)
-        return 2
+    except (ValueError, FloatingPointError) as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) else 1
     return 0
+
+
+def cli(argv=None) -> int:
+    return run_cli(main, "evaluate.py", argv)
 
 
 if __name__ == "__main__":

@@ -421,16 +421,8 @@ def main(argv=None) -> None:
 
 
 def cli(argv=None) -> int:
-    """main() with user errors as one line on stderr: exit 2 for bad input, 1 for a numerical fault."""
-    try:
-        main(argv)
-    except ValueError as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
-        return 2
-    except FloatingPointError as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    """main() as a command: exit 2 and one line for bad input, 1 for a numerical fault."""
+    return evaluate.run_cli(main, "train.py", argv)
 
 
 if __name__ == "__main__":
