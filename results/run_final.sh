@@ -16,6 +16,15 @@ if [[ $part == 2 || $part == all ]]; then
   python bench.py --threads 2 --json results/bench.json > results/bench.txt 2> /dev/null
   # a 4-seed sweep: 2 ranks x 1 thread vs 1 process x 2 threads
   S="--seeds 4 --max_iters 100 --eval_samples 32 --log_interval 50"
-  /usr/bin/time -f "%e" -o results/sweep_torchrun.time torchrun --standalone --nproc_per_node=2 train.py $S --threads 1 --out_dir /tmp/sweep_tr > /dev/null
-  /usr/bin/time -f "%e" -o results/sweep_single.time python train.py $S --threads 2 --out_dir /tmp/sweep_single > /dev/null
+  /usr/bin/time -f "%e" -o /tmp/sweep_torchrun.time torchrun --standalone --nproc_per_node=2 train.py $S --threads 1 --out_dir /tmp/sweep_tr > /dev/null
+  /usr/bin/time -f "%e" -o /tmp/sweep_single.time python train.py $S --threads 2 --out_dir /tmp/sweep_single > /dev/null
+fi
+if [[ $part == 2 || $part == all ]]; then
+  python - <<'PY'
+import json
+tr, si = (float(open(f"/tmp/sweep_{k}.time").read()) for k in ("torchrun", "single"))
+json.dump({"command_common": "train.py --seeds 4 --max_iters 100 --eval_samples 32 --log_interval 50",
+           "torchrun_2_ranks_x_1_thread_s": tr, "single_process_2_threads_s": si, "ratio": si / tr},
+          open("results/sweep.json", "w"), indent=1)
+PY
 fi
