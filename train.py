@@ -284,9 +284,10 @@ def train_run(cfg: Config, run_dir: str, device: str) -> dict:
             block.compile(dynamic=True)
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cfg.amp and device.startswith("cuda")
                 else contextlib.nullcontext())
-    optimizer = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=cfg.lr,
+                                  betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     gens = generators(cfg.seed)
-    step, elapsed = 0, 0.0
+    step, elapsed, acc_stats = 0, 0.0, {}  # acc_stats: sums over the steps since the last log line
     if cfg.resume and os.path.exists(ckpt_path):
         ck = load_checkpoint(ckpt_path, cfg)
         model.load_state_dict(ck["model"]), schedule.load_state_dict(ck["schedule"])
@@ -294,7 +295,7 @@ def train_run(cfg: Config, run_dir: str, device: str) -> dict:
         for k, g in gens.items():
             g.set_state(ck["rng"][k])
         torch.set_rng_state(ck["rng"]["torch"])
-        step, elapsed = ck["step"], ck["elapsed"]
+        step, elapsed, acc_stats = ck["step"], ck["elapsed"], ck.get("acc_stats", {})
     elif cfg.resume and cfg.seeds == 1:
         raise ValueError(f"--resume: no checkpoint at {ckpt_path}")
     write_json(os.path.join(run_dir, "config.json"), {**dataclasses.asdict(cfg), "env": environment()})
@@ -314,12 +315,12 @@ def train_run(cfg: Config, run_dir: str, device: str) -> dict:
 
     def save(step):
         ck = {"model": model.state_dict(), "schedule": schedule.state_dict(), "optimizer": optimizer.state_dict(),
-              "step": step, "elapsed": elapsed, "config": dataclasses.asdict(cfg),
+              "step": step, "elapsed": elapsed, "acc_stats": acc_stats, "config": dataclasses.asdict(cfg),
               "rng": {**{k: g.get_state() for k, g in gens.items()}, "torch": torch.get_rng_state()}}
         atomic_write(ckpt_path, lambda f: torch.save(ck, f))
 
     model.train()
-    acc_stats, t0 = {}, time.time()
+    t0, t0_step = time.time(), step  # wall clock since the last log line (or the start / resume)
     bar = tqdm(range(step, cfg.max_iters), initial=step, total=cfg.max_iters, desc=os.path.basename(run_dir) or run_dir,
                disable=not sys.stderr.isatty(), leave=False)
     for it in bar:
@@ -332,16 +333,16 @@ def train_run(cfg: Config, run_dir: str, device: str) -> dict:
                                             gens["depth"], cfg.grad_clip, autocast)
         except FloatingPointError as err:
             raise FloatingPointError(f"{err} at step {it + 1}; last good checkpoint kept at {ckpt_path}") from None
-        for k, v in {"loss": loss, "grad_norm": gnorm, **stats}.items():
+        for k, v in {"steps": 1, "loss": loss, "grad_norm": gnorm, **stats}.items():
             acc_stats[k] = acc_stats.get(k, 0.0) + v
         done = it + 1
         if done % cfg.log_interval == 0 or done == cfg.max_iters:
-            n_acc = cfg.log_interval if done % cfg.log_interval == 0 else done % cfg.log_interval
+            n_acc = acc_stats.pop("steps")
             now = time.time()
             elapsed += now - t0
             rec = {"step": done, "lr": lr_at(cfg, it), "n_max": n_hi, **{k: v / n_acc for k, v in acc_stats.items()},
-                   "ms_per_step": 1000 * (now - t0) / n_acc, "elapsed_s": elapsed}
-            t0, acc_stats = now, {}
+                   "ms_per_step": 1000 * (now - t0) / (done - t0_step), "elapsed_s": elapsed}
+            t0, t0_step, acc_stats = now, done, {}
             if done % cfg.eval_interval == 0 or done == cfg.max_iters:
                 e = run_eval(id_sets)
                 rec["id_acc"] = e["metrics"]["policy_id"]

@@ -123,7 +123,7 @@ def test_resume_reaches_the_same_weights(tmp_path, monkeypatch):
     train.main(tiny_cfg(tmp_path / "a"))
     ref = torch.load(tmp_path / "a" / "ckpt.pt", weights_only=True)
     # crash after the checkpoint at step 10: the 16th batch raises
-    calls = {"n": 0}
+    calls = {"n": 0}  # checkpoints every 7 steps, logs every 5: the resumed log line mixes both runs
     real = train.train_batch
 
     def crashing(*a, **k):
@@ -134,10 +134,10 @@ def test_resume_reaches_the_same_weights(tmp_path, monkeypatch):
 
     monkeypatch.setattr(train, "train_batch", crashing)
     with pytest.raises(KeyboardInterrupt):
-        train.main(tiny_cfg(tmp_path / "b"))
+        train.main(tiny_cfg(tmp_path / "b", "--ckpt_interval", "7"))
     monkeypatch.setattr(train, "train_batch", real)
-    assert torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)["step"] == 10
-    train.main(tiny_cfg(tmp_path / "b", "--resume"))
+    assert torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)["step"] == 14
+    train.main(tiny_cfg(tmp_path / "b", "--resume", "--ckpt_interval", "7"))
     got = torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)
     assert got["step"] == 20
     for k, v in ref["model"].items():
