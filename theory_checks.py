@@ -22,6 +22,7 @@ m window size (|S|), N samples.
 
 import argparse
 import dataclasses
+import json
 import math
 import sys
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ def fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def print_table(title: str, rows: list[dict]) -> None:
+def show_table(title: str, rows: list[dict]) -> None:
     """Rows are dicts with the same keys; the keys are the column headers."""
     cols = list(rows[0])
     cells = [[fmt(r[c]) for c in cols] for r in rows]
@@ -332,6 +333,7 @@ class Config:
     consistency_const: float = opt(8.0, "C in C*eps/mu (paper: 8; try 2 to see a violation)")
     ckpt: str = opt("", "a train.py ckpt.pt: 1b uses it as the trained model, 2b adds it")
     seed: int = opt(0, "seed of initialisation, data and depths")
+    json: str = opt("", "also write every table as JSON to this path")
 
 
 def parse_args(argv=None) -> Config:
@@ -426,7 +428,12 @@ def consistency_rows_real(models: dict, task, cfg: Config) -> list[dict]:
 
 def main(argv=None) -> int:
     cfg = parse_args(argv)
-    checks, rows = cfg.checks.split(","), []
+    checks, rows, tables = cfg.checks.split(","), [], []
+
+    def print_table(title, table_rows):  # print, and keep for --json
+        show_table(title, table_rows)
+        tables.append({"title": title, "rows": table_rows})
+
     ms = [int(m) for m in cfg.ms.split(",")]
     if "1a" in checks:
         gen = torch.Generator().manual_seed(cfg.seed)
@@ -469,6 +476,10 @@ def main(argv=None) -> int:
         rows += r
     status = exit_status(rows)
     print("\nall bounds hold" if status == 0 else "\nBOUND VIOLATED (see the rows marked VIOLATED)")
+    if cfg.json:
+        with open(cfg.json, "w") as f:
+            json.dump({"tables": tables, "all_bounds_hold": status == 0, "config": dataclasses.asdict(cfg)},
+                      f, indent=1, default=float)
     return status
 
 

@@ -7,7 +7,7 @@ part=${1:-all}
 if [[ $part == 1 || $part == all ]]; then
   python evaluate.py results/learns > results/learns.txt
   python evaluate.py results/dyck-window results/dyck-rl --paper > results/dyck.txt
-  OMP_NUM_THREADS=1 python theory_checks.py > results/theory.txt
+  OMP_NUM_THREADS=1 python theory_checks.py --json results/theory.json > results/theory.txt
 fi
 if [[ $part == 2 || $part == all ]]; then
   python results/schedule_table.py --threads 2 > results/schedules.txt
