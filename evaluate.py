@@ -50,9 +50,9 @@ def build(cfg: dict):
 
 # --- the one-pass evaluation ----------------------------------------------------------------------
 
-def exact_match(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(K, B, T, V), (B, T) -> (K, B) bool: every scored position (y != IGNORE) predicted correctly."""
-    return ((logits.argmax(-1) == y) | (y == IGNORE)).all(-1)
+def exact_match(preds: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(K, B, T) predicted tokens, (B, T) targets -> (K, B) bool: every scored position (y != IGNORE) right."""
+    return ((preds == y) | (y == IGNORE)).all(-1)
 
 
 @torch.no_grad()
@@ -62,7 +62,8 @@ def trajectory_correct(model, schedule, x, y, Tn, T_test):
     need_hidden = schedule.needs_hidden
     out = model(x, T_test, keep_hidden=need_hidden)
     logits, hidden = out if need_hidden else (out, None)  # (K, B, T, V), (K+1, B, T, D)
-    preds, scored, exact = logits.argmax(-1), y != IGNORE, exact_match(logits, y)  # (K, B, T), (B, T), (K, B)
+    preds = logits.argmax(-1)  # (K, B, T)
+    scored, exact = y != IGNORE, exact_match(preds, y)  # (B, T), (K, B)
     mask = x != PAD  # (B, T) real tokens
     depth = schedule.policy(Tn, T_test, logits=logits, hidden=hidden, mask=mask).clamp(1, T_test)
     return exact, preds.masked_fill(~scored, -1), depth
@@ -226,7 +227,7 @@ def collect(model, schedule, sets: dict, T_test: int, batch_size: int = 256, dev
             logits, hidden = model(xb, T_test, keep_hidden=True)  # (K, B, T, V), (K+1, B, T, D)
             mask = xb != PAD
             part = {"signals": readouts.trajectory_signals(logits, hidden, yb != IGNORE),
-                    "correct": exact_match(logits, yb), "ce": per_sample_ce(logits, yb),
+                    "correct": exact_match(logits.argmax(-1), yb), "ce": per_sample_ce(logits, yb),
                     "policy": schedule.policy(tb, T_test, logits=logits, hidden=hidden, mask=mask).clamp(1, T_test),
                     "n": ns[i:i + batch_size], "Tn": tb}
             if pooled:
