@@ -1,5 +1,5 @@
 """
-Benchmark of one training run's hot paths (issue 7), side by side in one process, as one table:
+Benchmark of a training run's hot paths, side by side in one process, as one table:
 
     (a) a training step (forward + backward + AdamW) of the window schedule with the active set
         (sum_i tau_i block applications) vs unrolling everyone to max tau and gathering (B * max tau);
@@ -9,112 +9,127 @@ Benchmark of one training run's hot paths (issue 7), side by side in one process
     (c) achieved GFLOP/s of the training step (FLOPs counted analytically, see step_flops) against a
         large fp32 matmul on the same device, at each --flops_d_models width
     (d) memory: the state kept between steps (weights, AdamW moments) and the peak bytes a step allocates
-        on top of it (activations, gradients)
+        on top of it (activations, gradients); also for the unrolled step
     (e) tokens x loop steps per second: real (non-pad) tokens times their block applications, per second
     (f) what bf16 autocast and torch.compile (of the shared block) buy for the training step
+    pad the share of the linear layers' token-steps spent on padding (computed, not timed)
 
-    python bench.py                      # the default size: train.py's defaults (dyck, window w=5, d 64)
-    python bench.py --quick --no-compile # a tiny smoke setting, seconds
-    python bench.py --threads 2 --profile  # also print the top ops of a short torch.profiler run
+    python bench.py --threads 2                # train.py's default size (dyck, window w=5, d_model 64)
+    python bench.py --device cuda              # one GPU
+    python bench.py --quick --no-compile       # a tiny smoke setting, seconds
+    python bench.py --profile --json b.json    # also the top ops of a torch.profiler run; the table as JSON
 
-Times are medians over --iters timed steps after --warmup steps; the compared paths run interleaved
-(one step of each path per batch) so a busy machine slows all of them alike. On CUDA the device is
+Times are medians over --iters timed steps after --warmup steps; the compared variants run interleaved
+(one step of each per batch) so a busy machine slows all of them alike. On CUDA the device is
 synchronised before every clock read.
 
-Shape legend: B batch, T sequence length (padded), D model width, K loop steps, V vocabulary.
+Shapes: B batch, T sequence length (padded), D model width, K loop steps, V vocabulary.
 """
 
-import argparse
-import copy
+import contextlib
 import dataclasses
+import math
 import os
 import statistics
 import sys
 import time
+from itertools import accumulate
 from dataclasses import dataclass, field
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+import cli
 import evaluate
-from halting import make_schedule
-from tasks import PAD, TASKS, eval_set, train_batch
+import rundir
 import train
-from train import Config, Parser, pick_device, test_lengths, validate
+from cli import opt
+from tasks import PAD, TASKS, eval_set, get_task, task_kwargs, train_batch
 
-# settings of --quick (a smoke run); a flag given explicitly still wins
+# the settings of --quick, a smoke run in seconds (they are defaults: an explicit flag still wins)
 QUICK = dict(d_model=32, batch_size=8, n_max=8, T_max=8, T_test=10, iters=2, warmup=1, eval_iters=1,
              eval_samples=4, test_lengths="3,8,10", matmul_n=256, flops_d_models="32")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    c = Config()
-    p = Parser(description="Benchmark the training step and the evaluation pass.",
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="tiny smoke setting (" + ", ".join(f"{k} {v}" for k, v in QUICK.items()) + ")")
-    p.add_argument("--task", default=c.task, choices=list(TASKS), help="task")
-    p.add_argument("--w", type=int, default=c.w, help="window half-width of the window schedule")
-    p.add_argument("--T_max", type=int, default=c.T_max, help="training truncation")
-    p.add_argument("--T_test", type=int, default=c.T_test, help="test depth of row (b)")
-    p.add_argument("--n_min", type=int, default=c.n_min, help="shortest training length")
-    p.add_argument("--n_max", type=int, default=c.n_max, help="longest training length")
-    p.add_argument("--d_model", type=int, default=c.d_model, help="model width of rows (a), (b), (d), (e), (f)")
-    p.add_argument("--n_head", type=int, default=c.n_head, help="attention heads")
-    p.add_argument("--n_layer", type=int, default=c.n_layer, help="layers in the shared block")
-    p.add_argument("--batch_size", type=int, default=c.batch_size, help="training batch")
-    p.add_argument("--flops_d_models", default="64,128", help="comma-separated widths of rows (c)-(e)")
-    p.add_argument("--iters", type=int, default=10, help="timed training steps per path (median)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed training steps per path first")
-    p.add_argument("--eval_iters", type=int, default=3, help="timed repeats of each row (b) path")
-    p.add_argument("--eval_samples", type=int, default=32, help="test samples per length in row (b)")
-    p.add_argument("--test_lengths", default=c.test_lengths, help="lengths n of the acc[n][K] matrix")
-    p.add_argument("--matmul_n", type=int, default=1024, help="size of the reference fp32 matmul (n x n x n)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True, help="measure torch.compile in row (f)")
-    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True, help="measure bf16 autocast in row (f)")
-    p.add_argument("--profile", action="store_true", help="print the top ops of a short torch.profiler run of a step")
-    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and depths")
-    p.add_argument("--json", default="", help="also write the table as JSON to this path")
-    args = p.parse_args(argv)
-    if args.quick:  # re-parse with the quick settings as defaults, so explicit flags still win
-        p.set_defaults(**QUICK)
-        args = p.parse_args(argv)
-    for name in ("iters", "eval_iters", "eval_samples", "matmul_n"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} {getattr(args, name)}: must be >= 1")
-    if args.warmup < 0 or args.threads < 0:
-        raise ValueError(f"--warmup {args.warmup} --threads {args.threads}: must be >= 0")
-    try:
-        args.widths = [int(s) for s in args.flops_d_models.split(",") if s.strip()]
-    except ValueError:
-        raise ValueError(f"--flops_d_models {args.flops_d_models!r}: must be comma-separated integers") from None
-    for d in [args.d_model] + args.widths:
-        validate(run_config(args, d))
-    return args
+@dataclass
+class Config:
+    # the run's settings default to train.py's
+    task: str = opt(train.Config.task, "task", choices=list(TASKS), section="the run that is measured")
+    w: int = opt(train.Config.w, "window half-width of the window schedule")
+    T_max: int = opt(train.Config.T_max, "training truncation")
+    T_test: int = opt(train.Config.T_test, "test depth of row (b)")
+    n_min: int = opt(train.Config.n_min, "shortest training length")
+    n_max: int = opt(train.Config.n_max, "longest training length")
+    d_model: int = opt(train.Config.d_model, "model width of rows (a), (b), (f)")
+    n_head: int = opt(train.Config.n_head, "attention heads")
+    n_layer: int = opt(train.Config.n_layer, "layers in the shared block")
+    batch_size: int = opt(train.Config.batch_size, "training batch")
+    seed: int = opt(train.Config.seed, "seed of the weights, batches and depths (train.py's streams)")
+    flops_d_models: str = opt("64,128", "comma-separated widths of rows (c)-(e)", section="what is measured")
+    iters: int = opt(10, "timed training steps per variant (median)")
+    warmup: int = opt(3, "untimed training steps per variant first")
+    eval_iters: int = opt(3, "timed repeats of each row (b) path")
+    eval_samples: int = opt(32, "test samples per length in row (b)")
+    test_lengths: str = opt(train.Config.test_lengths, "lengths n of the acc[n][K] matrix")
+    matmul_n: int = opt(1024, "size of the reference fp32 matmul (n x n x n)")
+    bf16: bool = opt(True, "measure bf16 autocast in row (f)")
+    compile: bool = opt(True, "measure torch.compile in row (f)")
+    profile: bool = opt(False, "print the top ops of a short torch.profiler run of a step")
+    quick: bool = opt(False, "tiny smoke setting: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()),
+                      section="how it runs")
+    threads: int = opt(0, "torch.set_num_threads (0: torch's default)")
+    device: str = opt("auto", "auto, cpu, cuda, cuda:N")
+    json: str = opt("", "also write the table as JSON to this path")
+
+    def widths(self) -> list[int]:
+        try:
+            return [int(s) for s in self.flops_d_models.split(",") if s.strip()]
+        except ValueError:
+            return []
 
 
-def run_config(args, d_model: int) -> Config:
-    """train.py's Config with the window schedule and this run's sizes."""
-    return Config(task=args.task, schedule="window", w=args.w, T_max=args.T_max, T_test=args.T_test,
-                  n_min=args.n_min, n_max=args.n_max, d_model=d_model, n_head=args.n_head,
-                  n_layer=args.n_layer, batch_size=args.batch_size, seed=args.seed,
-                  test_lengths=args.test_lengths, device=args.device)
+# The training-step variants, as train.py settings over the fp32 eager active-set step ("active"). All
+# run on the same batches and draw the same depths; compare_row (time per step, loss agreement) and
+# memory_row (peak bytes per step) make rows of them: a new variant is an entry here and two rows in bench().
+VARIANTS = {"active": {}, "unroll": {"active_set": False}, "bf16": {"amp": True}, "compile": {"compile": True}}
+
+
+def train_config(cfg: Config, d_model: int) -> train.Config:
+    """train.py's Config of the measured run: the window schedule at width d_model, fp32, eager."""
+    shared = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(train.Config) if hasattr(cfg, f.name)}
+    return train.Config(**{**shared, "schedule": "window", "d_model": d_model, "amp": False, "compile": False,
+                           "eval_batch_size": cfg.eval_samples})  # row (b) scores each length in one batch
+
+
+def parse_args(argv=None) -> Config:
+    """Config, checked before any work: a bad value fails with one line naming it (exit 2)."""
+    cfg = cli.parse(Config, argv, prog="bench.py", doc=__doc__, presets=lambda a: QUICK if a.quick else {})
+    rundir.validate(train_config(cfg, cfg.d_model))  # every setting shared with train.py
+    for name in ("iters", "eval_iters", "matmul_n"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"--{name} {getattr(cfg, name)}: must be >= 1")
+    if cfg.warmup < 0:
+        raise ValueError(f"--warmup {cfg.warmup}: must be >= 0")
+    if not cfg.widths() or any(d < 1 or d % cfg.n_head for d in cfg.widths()):
+        raise ValueError(f"--flops_d_models {cfg.flops_d_models!r}: must be comma-separated integers, "
+                         f"each a positive multiple of n_head ({cfg.n_head})")
+    for d in cfg.widths():
+        rundir.validate(train_config(cfg, d))  # the memory check at each width
+    folder = os.path.dirname(os.path.abspath(cfg.json))
+    if cfg.json and (os.path.isdir(cfg.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK)):
+        raise ValueError(f"--json {cfg.json!r}: must be a file in an existing, writable folder")
+    return cfg
 
 
 # --- clocks, FLOPs, memory ----------------------------------------------------------------------------
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-
-
 def timed(fn, device: str):
     """(seconds, fn()) with the device synchronised before both clock reads."""
-    sync(device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (lambda: None)
+    sync()
     t0 = time.perf_counter()
     out = fn()
-    sync(device)
+    sync()
     return time.perf_counter() - t0, out
 
 
@@ -133,7 +148,7 @@ def step_flops(depth: torch.Tensor, T: int, D: int, n_layer: int, V: int) -> int
     return 3 * forward
 
 
-def matmul_gflops(n: int, device: str, warmup: int, iters: int) -> float:
+def matmul_gflops(n: int, device: str, warmup: int = 2, iters: int = 5) -> float:
     """GFLOP/s of an fp32 (n x n) @ (n x n) matmul: 2 n^3 FLOPs, median of iters."""
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=gen).to(device) for _ in range(2))
@@ -148,123 +163,123 @@ def peak_bytes(fn, device: str) -> int:
     ("[memory]" events with signed sizes); the running sum of those, in time order, peaks at the answer.
     """
     if device.startswith("cuda"):
-        sync(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
-        fn()
-        sync(device)
+        timed(fn, device)
         return torch.cuda.max_memory_allocated(device) - base
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # silence the profiler's start/stop lines on stderr
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     mem = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
                  key=lambda e: e.start_ns())
-    run = peak = 0
-    for e in mem:
-        run += e.nbytes()
-        peak = max(peak, run)
-    return peak
+    return max(accumulate((e.nbytes() for e in mem), initial=0))
 
 
-def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Bytes held for the whole run: parameters and AdamW's moments (gradients count in the step's peak)."""
-    ts = list(model.parameters()) + [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
-    return sum(t.numel() * t.element_size() for t in ts)
-
-
-# --- the training step and its variants --------------------------------------------------------------
+# --- the training-step variants ------------------------------------------------------------------------
 
 @dataclass
-class Path:
-    """One way of running the training step, with its own copy of the weights and optimizer."""
+class Variant:
+    """One way of running the training step: its own model, optimizer and depth generator."""
     name: str
+    cfg: train.Config
     model: torch.nn.Module
     schedule: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    gen: torch.Generator  # depth draws; every path's starts from the same seed
-    amp: torch.dtype | None = None
-    fragile: bool = False  # catch its errors (torch.compile), drop it, keep benchmarking the rest
+    gen: torch.Generator  # depth draws, seeded alike in every variant
+    autocast: object
+    depths: list = field(default_factory=list)  # (B,) depths drawn, one per batch (warm-up included)
+    # per timed step: seconds, task loss, FLOPs (step_flops), real tokens x their loop steps
     times: list = field(default_factory=list)
     losses: list = field(default_factory=list)
     flops: list = field(default_factory=list)
-    work: list = field(default_factory=list)  # real tokens x block applications, per step
+    work: list = field(default_factory=list)
     warm_s: float = 0.0
-    error: str = ""
+    error: str = ""  # torch.compile may fail: the variant is dropped and the rest goes on
 
 
-def depth_gen(cfg: Config) -> torch.Generator:
-    """The generator of depth draws: every path gets its own, all seeded alike, so all draw the same depths."""
-    return torch.Generator().manual_seed(cfg.seed + 1)
-
-
-def make_path(name: str, cfg: Config, model: torch.nn.Module, device: str, active_set: bool = True,
-              amp: torch.dtype | None = None, compile: bool = False) -> Path:
-    model = copy.deepcopy(model)
-    if compile:
-        # compile the shared block in place: forward_depths calls it once per loop step. (torch.compile of
-        # the whole model would only wrap forward(); forward_depths would run uncompiled.)
+def make_variant(name: str, cfg: Config, d_model: int, device: str) -> Variant:
+    """VARIANTS[name] at width d_model, built by train.build: the same seed, the same initial weights."""
+    tcfg = dataclasses.replace(train_config(cfg, d_model), **VARIANTS[name])
+    _, model, schedule = train.build(tcfg)
+    model.to(device), schedule.to(device)
+    if tcfg.compile:  # the shared block, in place, as train.py does (forward_depths calls it per loop step)
         for block in model.blocks:
             block.compile(dynamic=True)
-    schedule = make_schedule(cfg.schedule, **{**dataclasses.asdict(cfg), "active_set": active_set}).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
-    return Path(name, model, schedule, opt, depth_gen(cfg), amp, fragile=compile)
+    optimizer = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=tcfg.lr,
+                                  betas=(tcfg.beta1, tcfg.beta2), weight_decay=tcfg.weight_decay)
+    amp = torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if tcfg.amp else contextlib.nullcontext()
+    gen = torch.Generator().manual_seed(train.stream(tcfg.seed, "depth"))
+    return Variant(name, tcfg, model, schedule, optimizer, gen, amp)
 
 
-def train_step(path: Path, batch, grad_clip: float = 1.0) -> float:
-    """forward + backward + clip + AdamW step: train.py's own train_step; returns the loss."""
-    x = batch[0]
-    amp = torch.autocast(torch.device(x.device).type, dtype=path.amp or torch.bfloat16, enabled=path.amp is not None)
-    return train.train_step(path.model, path.schedule, path.optimizer, batch, path.gen, grad_clip, amp)[0]
+def step(v: Variant, batch) -> dict:
+    """train.py's training step: forward, backward, clip, AdamW."""
+    return train.train_step(v.model, v.schedule, v.optimizer, batch, v.gen, v.cfg.grad_clip, v.autocast)
 
 
-def peek_depth(path: Path, Tn: torch.Tensor) -> torch.Tensor:
-    """The depths the path's next step will draw (its generator is left untouched)."""
+def peek_depth(v: Variant, Tn: torch.Tensor) -> torch.Tensor:
+    """The depths the variant's next step will draw (its generator is left untouched)."""
     g = torch.Generator()
-    g.set_state(path.gen.get_state())
-    return path.schedule.train_depth(Tn.cpu(), g)
+    g.set_state(v.gen.get_state())
+    return v.schedule.train_depth(Tn.cpu(), g)
 
 
-def make_batches(task, cfg: Config, count: int, device: str) -> list:
-    gen = torch.Generator().manual_seed(cfg.seed)
-    out = []
-    for _ in range(count):
-        x, y, _, Tn = train_batch(task, cfg.batch_size, cfg.n_min, cfg.n_max, gen)
-        out.append((x.to(device), y.to(device), Tn.to(device)))
-    return out
+def make_batches(task, cfg: train.Config, count: int, device: str) -> list:
+    gen = torch.Generator().manual_seed(train.stream(cfg.seed, "data"))
+    return [tuple(t.to(device) for t in (x, y, Tn))
+            for x, y, _, Tn in (train_batch(task, cfg.batch_size, cfg.n_min, cfg.n_max, gen) for _ in range(count))]
 
 
-def run_paths(paths: list[Path], batches: list, warmup: int, device: str, V: int) -> list[Path]:
-    """Every batch through every path in turn; the first `warmup` batches are not recorded."""
-    for i, batch in enumerate(batches):
-        x, _, Tn = batch
+def run_variants(variants: list[Variant], batches: list, warmup: int, device: str) -> list[Variant]:
+    """Every batch through every variant in turn; the first `warmup` steps are not recorded."""
+    for i, (x, y, Tn) in enumerate(batches):
         real = (x != PAD).sum(1).cpu()  # (B,) real tokens per sample
-        for p in [p for p in paths if not p.error]:
-            depth = peek_depth(p, Tn)
+        for v in [v for v in variants if not v.error]:
+            depth = peek_depth(v, Tn)
             try:
-                dt, loss = timed(lambda: train_step(p, batch), device)
+                dt, stats = timed(lambda: step(v, (x, y, Tn)), device)
             except Exception as err:  # only torch.compile is expected to fail; anything else is a bug
-                if not p.fragile:
+                if not v.cfg.compile:
                     raise
-                p.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160]
+                v.error = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"[:160]
                 continue
+            v.depths.append(depth)
             if i < warmup:
-                p.warm_s += dt
+                v.warm_s += dt
                 continue
-            cfg = p.model.cfg
-            p.times.append(dt)
-            p.losses.append(loss)
-            p.flops.append(step_flops(depth, x.shape[1], cfg.d_model, cfg.n_layer, V))
-            p.work.append(int((real * depth).sum()))
-    return paths
+            mc = v.model.cfg
+            v.times.append(dt)
+            v.losses.append(stats["loss"])
+            v.work.append(int((real * depth).sum()))
+            v.flops.append(step_flops(depth, x.shape[1], mc.d_model, mc.n_layer, mc.vocab_size))
+    return variants
 
 
-def per_second(p: Path, amounts: list) -> float:
+def per_second(v: Variant, amounts: list) -> float:
     """Median over steps of amount / time."""
-    return statistics.median(a / t for a, t in zip(amounts, p.times))
+    return statistics.median(a / t for a, t in zip(amounts, v.times))
 
 
-def max_loss_diff(p: Path, ref: Path) -> float:
-    return max(abs(a - b) for a, b in zip(p.losses, ref.losses))
+def compare_row(row: str, what: str, v: Variant, ref: Variant, target: str = "", tol: float = math.inf) -> list[str]:
+    """Two variants on the same batches and depths: median time per step, ratio ref / v, and how far their
+    losses drift apart (step 1 must agree within tol: same weights, batch and depths)."""
+    t, t_ref = statistics.median(v.times), statistics.median(ref.times)
+    diffs = [abs(a - b) for a, b in zip(v.losses, ref.losses)]
+    if diffs[0] > tol:
+        raise AssertionError(f"{v.name} and {ref.name} losses differ at step 1 by {diffs[0]}")
+    return [row, what, f"{1e3 * t:.1f} ms", f"{1e3 * t_ref:.1f} ms", f"{t_ref / t:.2f}x", target,
+            f"max |loss diff| {diffs[0]:.1e} at step 1, {max(diffs):.1e} over {len(diffs)} steps"]
+
+
+def memory_row(row: str, v: Variant, batch, device: str) -> list[str]:
+    """Memory of v: the state held for the whole run (weights, AdamW moments) and the peak bytes one more
+    step allocates on top of it (activations, gradients)."""
+    v.optimizer.zero_grad(set_to_none=True)  # old gradients freed outside: the peak counts the new ones
+    peak = peak_bytes(lambda: step(v, batch), device)
+    held = list(v.model.parameters()) + [t for s in v.optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+    state = sum(t.numel() * t.element_size() for t in held)
+    return [row, f"memory of a train step d{v.cfg.d_model}, {v.name}", f"{peak / 2 ** 20:.1f} MiB peak in step",
+            f"{state / 2 ** 20:.1f} MiB state", "", "", "peak: activations + gradients; state: weights + AdamW moments"]
 
 
 # --- evaluation: one pass vs one pass per K ------------------------------------------------------------
@@ -290,6 +305,28 @@ def same_matrices(a: list, b: list) -> bool:
     return all(torch.equal(u, v) for pa, pb in zip(a, b) for u, v in zip(pa, pb))
 
 
+def eval_row(cfg: Config, task, v: Variant, device: str) -> list[str]:
+    """(b): the acc[n][K] matrix from one pass vs one pass per K, on the same fixed test sets."""
+    model = v.model.eval()
+    sets = {n: tuple(t.to(device) for t in b)
+            for n, b in eval_set(task, rundir.lengths(v.cfg), cfg.eval_samples, v.cfg.eval_seed).items()}
+    acc_one_pass(model, v.schedule, sets, cfg.T_test)  # warm-up
+    one, per_k = [], []  # seconds of each repeat, interleaved
+    for _ in range(cfg.eval_iters):
+        dt, m_one = timed(lambda: acc_one_pass(model, v.schedule, sets, cfg.T_test), device)
+        one.append(dt)
+        dt, m_per = timed(lambda: acc_per_K(model, v.schedule, sets, cfg.T_test), device)
+        per_k.append(dt)
+    model.train()
+    if not same_matrices(m_one, m_per):
+        raise AssertionError("one-pass and per-K acc[n][K] matrices differ")
+    acc = torch.stack([e.float().mean(-1) for e, _ in m_one])  # acc[n][K]
+    t_one, t_per = statistics.median(one), statistics.median(per_k)
+    return ["(b)", f"acc[n][K], {len(sets)} lengths x {cfg.eval_samples}, T_test {cfg.T_test}: one pass vs per K",
+            f"{t_one:.3f} s", f"{t_per:.3f} s", f"{t_per / t_one:.1f}x", ">= 12x",
+            f"matrices and predictions equal: yes (mean acc {acc.mean():.3f})"]
+
+
 # --- padding -------------------------------------------------------------------------------------------
 
 def padding_waste(x: torch.Tensor, depth: torch.Tensor, chunks: int = 4) -> dict:
@@ -312,135 +349,86 @@ def padding_waste(x: torch.Tensor, depth: torch.Tensor, chunks: int = 4) -> dict
 
 # --- the whole benchmark --------------------------------------------------------------------------------
 
-def fmt_bytes(n: float) -> str:
-    return f"{n / 2 ** 20:.1f} MiB"
-
-
-def bench(args) -> list[list[str]]:
+def bench(cfg: Config) -> list[list[str]]:
     """Run every measurement; return the table rows."""
-    device = pick_device(args.device)
-    cfg = run_config(args, args.d_model)
-    n_batches = args.warmup + args.iters
-    rows = []
+    device, base = rundir.pick_device(cfg.device), train_config(cfg, cfg.d_model)
+    task = get_task(base.task, **task_kwargs(base.task, dataclasses.asdict(base)))
+    batches = make_batches(task, base, cfg.warmup + cfg.iters, device)
 
-    def build(d_model):
-        torch.manual_seed(args.seed)  # weights; data and depths have their own generators
-        task, model, _ = evaluate.build(dataclasses.asdict(run_config(args, d_model)))
-        return task, model.to(device)
-
-    # (a), (f): the compared training steps at the default width, interleaved on the same batches
-    task, model = build(args.d_model)
-    V = len(task.vocab)
-    batches = make_batches(task, cfg, n_batches, device)
-    paths = [make_path("active", cfg, model, device), make_path("unroll", cfg, model, device, active_set=False)]
-    if args.bf16:
-        paths.append(make_path("bf16", cfg, model, device, amp=torch.bfloat16))
-    if args.compile:
-        paths.append(make_path("compile", cfg, model, device, compile=True))
-    run_paths(paths, batches, args.warmup, device, V)
-    act, unroll = paths[0], paths[1]
-    t_act, t_unroll = statistics.median(act.times), statistics.median(unroll.times)
-    first = abs(act.losses[0] - unroll.losses[0])
-    rows.append(["(a)", f"train step d{args.d_model} B{args.batch_size}: active set vs unroll + gather",
-                 f"{1e3 * t_act:.1f} ms", f"{1e3 * t_unroll:.1f} ms", f"{t_unroll / t_act:.2f}x", ">= 1.6x",
-                 f"max |loss diff| {first:.1e} at step 1, {max_loss_diff(unroll, act):.1e} over {len(act.losses)} steps"])
-    if first > 1e-5:  # same weights, batch and depths: only the order of float sums may differ
-        raise AssertionError(f"active-set and unrolled losses differ at step 1 by {first}")
-
-    # (b): the acc[n][K] matrix from one pass vs one pass per K, on the same fixed test sets
-    model.eval()
-    sets = {n: tuple(t.to(device) for t in b)
-            for n, b in eval_set(task, test_lengths(cfg), args.eval_samples, cfg.eval_seed).items()}
-    one, per_k = [], []
-    acc_one_pass(model, act.schedule, sets, args.T_test)  # warm-up
-    for _ in range(args.eval_iters):
-        dt, m_one = timed(lambda: acc_one_pass(model, act.schedule, sets, args.T_test), device)
-        one.append(dt)
-        dt, m_per = timed(lambda: acc_per_K(model, act.schedule, sets, args.T_test), device)
-        per_k.append(dt)
-    same = same_matrices(m_one, m_per)
-    acc = torch.stack([e.float().mean(-1) for e, _ in m_one])  # acc[n][K]
-    t_one, t_per = statistics.median(one), statistics.median(per_k)
-    rows.append(["(b)", f"acc[n][K], {len(sets)} lengths x {args.eval_samples}, T_test {args.T_test}: one pass vs per K",
-                 f"{t_one:.3f} s", f"{t_per:.3f} s", f"{t_per / t_one:.1f}x", ">= 12x",
-                 f"matrices and predictions equal: {'yes' if same else 'NO'} (mean acc {acc.mean():.3f})"])
-    if not same:
-        raise AssertionError("one-pass and per-K acc[n][K] matrices differ")
+    # (a), (f): the training-step variants at d_model, interleaved on the same batches
+    names = ["active", "unroll"] + ["bf16"] * cfg.bf16 + ["compile"] * cfg.compile
+    variants = {n: make_variant(n, cfg, cfg.d_model, device) for n in names}
+    run_variants(list(variants.values()), batches, cfg.warmup, device)
+    act, unroll = variants["active"], variants["unroll"]
+    # tol: the same arithmetic per row at step 1; later steps may differ in the order of float sums
+    rows = [compare_row("(a)", f"train step d{cfg.d_model} B{cfg.batch_size}: active set vs unroll + gather",
+                        act, unroll, ">= 1.6x", tol=1e-5),
+            eval_row(cfg, task, act, device)]
 
     # (c), (d), (e) at each width, the active-set step
-    mm = matmul_gflops(args.matmul_n, device, 2, 5)
-    for d in args.widths:
-        if d == args.d_model:
-            p = act
-        else:
-            p = run_paths([make_path("active", run_config(args, d), build(d)[1], device)],
-                          batches, args.warmup, device, V)[0]
+    mm = matmul_gflops(cfg.matmul_n, device)
+    for d in cfg.widths():
+        p = act if d == cfg.d_model else run_variants([make_variant("active", cfg, d, device)], batches,
+                                                      cfg.warmup, device)[0]
         gf = per_second(p, p.flops) / 1e9
-        rows.append(["(c)", f"train step d{d}: counted GFLOP/s vs {args.matmul_n}^3 fp32 matmul",
-                     f"{gf:.1f} GFLOP/s", f"{mm:.1f} GFLOP/s", f"{gf / mm:.2f}", ">= 0.4" if d == 128 else "",
-                     f"{statistics.median(p.flops) / 1e9:.2f} GFLOP per step"])
-        p.optimizer.zero_grad(set_to_none=True)  # old gradients freed outside: the peak counts the new ones
-        peak = peak_bytes(lambda: train_step(p, batches[0]), device)
-        rows.append(["(d)", f"memory of a train step d{d}", f"{fmt_bytes(peak)} peak in step",
-                     f"{fmt_bytes(state_bytes(p.model, p.optimizer))} state", "", "",
-                     "peak: activations + gradients; state: weights + AdamW moments"])
-        rows.append(["(e)", f"tokens x loop steps per second d{d}", f"{per_second(p, p.work):,.0f} /s",
-                     "", "", "", f"{statistics.median(p.work):,.0f} real token-steps per step"])
-    unroll.optimizer.zero_grad(set_to_none=True)
-    peak_u = peak_bytes(lambda: train_step(unroll, batches[0]), device)
-    rows.append(["(d)", f"memory of a train step d{args.d_model}, unroll + gather", f"{fmt_bytes(peak_u)} peak in step",
-                 "", "", "", "for comparison with the active set"])
+        rows += [["(c)", f"train step d{d}: counted GFLOP/s vs {cfg.matmul_n}^3 fp32 matmul", f"{gf:.1f} GFLOP/s",
+                  f"{mm:.1f} GFLOP/s", f"{gf / mm:.2f}", ">= 0.4" if d == 128 else "",
+                  f"{statistics.median(p.flops) / 1e9:.2f} GFLOP per step"],
+                 memory_row("(d)", p, batches[0], device),
+                 ["(e)", f"tokens x loop steps per second d{d}", f"{per_second(p, p.work):,.0f} /s", "", "", "",
+                  f"{statistics.median(p.work):,.0f} real token-steps per step"]]
+    rows.append(memory_row("(d)", unroll, batches[0], device))
 
     # (f): what bf16 autocast and torch.compile buy over the fp32 eager active-set step
-    for p in paths[2:]:
+    for p in [variants[n] for n in ("bf16", "compile") if n in variants]:
+        what = f"{p.name} train step d{cfg.d_model} vs fp32 eager"
         if p.error or not p.times:
-            rows.append(["(f)", f"{p.name} train step d{args.d_model}", "failed", "", "", "", p.error])
+            rows.append(["(f)", what, "failed", "", "", "", p.error])
             continue
-        t = statistics.median(p.times)
-        note = f"max |loss diff| vs fp32 eager {max_loss_diff(p, act):.1e}"
+        rows.append(compare_row("(f)", what, p, act))
         if p.name == "compile":
-            note += (f"; compile + warm-up {p.warm_s:.1f} s (~{p.warm_s - args.warmup * t:.1f} s compiling); slowest"
-                     f" timed step {1e3 * max(p.times):.0f} ms (recompiles for new shapes show here)")
-        rows.append(["(f)", f"{p.name} train step d{args.d_model} vs fp32 eager", f"{1e3 * t:.1f} ms",
-                     f"{1e3 * t_act:.1f} ms", f"{t_act / t:.2f}x", "", note])
+            t = statistics.median(p.times)
+            rows[-1][-1] += (f"; compile + warm-up {p.warm_s:.1f} s (~{p.warm_s - cfg.warmup * t:.1f} s compiling); "
+                             f"slowest timed step {1e3 * max(p.times):.0f} ms (recompiles for new shapes show here)")
 
-    g = depth_gen(cfg)  # replays the depths every path drew, batch by batch
-    wastes = [padding_waste(x.cpu(), act.schedule.train_depth(Tn.cpu(), g)) for x, _, Tn in batches]
+    wastes = [padding_waste(x.cpu(), d) for (x, _, _), d in zip(batches, act.depths)]
     waste = {k: statistics.fmean(w[k] for w in wastes) for k in wastes[0]}
-    rows.append(["pad", f"share of linear-layer token-steps on pads (mean of {len(batches)} batches, computed)",
+    rows.append(["pad", f"share of linear-layer token-steps on pads (mean of {len(wastes)} batches, computed)",
                  f"{100 * waste['now']:.0f}% now", "", "", "",
                  f"trim per step {100 * waste['trim']:.0f}%, bucket x4 {100 * waste['bucket4']:.0f}%"])
-    if args.profile:
-        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])) as prof:
+    if cfg.profile:
+        with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * device.startswith("cuda")) as prof:
             for b in batches[:2]:
-                train_step(act, b)
+                step(act, b)
         key = "self_device_time_total" if device.startswith("cuda") else "self_cpu_time_total"
         print(prof.key_averages().table(sort_by=key, row_limit=15))
     return rows
 
 
-def header(args) -> str:
-    device = pick_device(args.device)
+def header(cfg: Config) -> str:
+    device = rundir.pick_device(cfg.device)
     hw = torch.cuda.get_device_name(device) if device.startswith("cuda") else f"cpu, {torch.get_num_threads()} threads"
-    return (f"bench.py | torch {torch.__version__} | {hw} | {args.task}, window w={args.w}, d_model {args.d_model}, "
-            f"{args.n_head} heads, L={args.n_layer}, batch {args.batch_size}, n {args.n_min}..{args.n_max}, "
-            f"T_max {args.T_max}, T_test {args.T_test}, median of {args.iters} steps after {args.warmup}")
+    return (f"bench.py | torch {torch.__version__} | {hw} | {cfg.task}, window w={cfg.w}, d_model {cfg.d_model}, "
+            f"{cfg.n_head} heads, L={cfg.n_layer}, batch {cfg.batch_size}, n {cfg.n_min}..{cfg.n_max}, "
+            f"T_max {cfg.T_max}, T_test {cfg.T_test}, median of {cfg.iters} steps after {cfg.warmup}")
+
+
+COLUMNS = ["row", "measurement", "this", "against", "ratio", "target", "check"]
 
 
 def main(argv=None) -> list[list[str]]:
-    args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print(header(args), flush=True)
-    rows = bench(args)
-    print("| row | measurement | this | against | ratio | target | check |\n" + "|---" * 7 + "|")
+    cfg = parse_args(argv)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    print(header(cfg), flush=True)
+    rows = bench(cfg)
+    print("| " + " | ".join(COLUMNS) + " |\n" + "|---" * len(COLUMNS) + "|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
-    if args.json:
-        train.write_json(args.json, {"header": header(args), "columns": ["row", "measurement", "this", "against",
-                                     "ratio", "target", "check"], "rows": rows, "env": train.environment()})
+    if cfg.json:
+        cli.write_json(cfg.json, {"header": header(cfg), "columns": COLUMNS, "rows": rows, "env": train.environment()})
     return rows
 
 
 if __name__ == "__main__":
-    sys.exit(evaluate.run_cli(main, "bench.py"))
+    sys.exit(cli.run(main, "bench.py"))

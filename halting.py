@@ -1,59 +1,248 @@
 """
-Stop schedules: at which loop depth K the training loss is read out, and which K is used at test time
-(SPEC section 3).
+Stop schedules: at which loop depth the training loss of a looped model is read out, and which depth
+is used at test time.
 
-A schedule is an nn.Module (learned schedules own a halting head) with two methods:
+Notation (the papers' symbols):
 
-    loss(model, x, y, Tn, gen) -> (loss, stats)   training loss of a batch; stats holds
-                                                  `block_evals` (block applications per sample, with
-                                                  or without gradient) and `depth` (mean supervised
-                                                  depth; weighted schedules: the mean depth under
-                                                  their weights)
-    policy(Tn, T_test, logits, hidden, mask) -> K (B,)   the test-time depth of every sample
+    n        length of an input (per task: string length, bits per operand, ...)
+    T(n)     its length-matched depth (Fan et al.): the loop steps the input needs, T(n) = n for most tasks
+    K        a number of loop steps: the loop axis of a trajectory (K, B, T, V)
+    T_max    training truncation: no training depth exceeds T_max
+    T_test   the deepest step read at test time; every test depth is clipped to 1..T_test
+    c        the constant depth of the fixed schedules ("fixed K = c" in the papers)
+    w        half-width of a window of depths, D ~ Unif{-w..w}
+    tau      the depth at which a sample's training loss is read out
+    l_k      l(theta; x, y, k) = CE(yhat_k(x), y), averaged over the scored positions of x
+    r_t      hazard of a halting head: the probability of stopping at step t, having reached it
+    pi       stop distribution pi(t) = r_t prod_{i<t} (1 - r_i), the remaining mass on the last step
+
+The model is any looped model with three methods (model.py's LoopedTransformer has them):
+
+    embed(x) -> H_0 (B, T, D)    step(H, H_0, t) -> H_t (B, T, D)    readout(H) -> logits (B, T, V)
+
+and, optionally, forward_depths(x, depth) -> (B, T, V), a faster path for per-sample depths.
+
+A schedule is an nn.Module (learned schedules own a halting head) with
+
+    loss(model, x, y, Tn, gen) -> (loss, stats)     the training loss of a batch; x, y (B, T) tokens and
+                                                    targets (IGNORE where unscored), Tn (B,) = T(n) per
+                                                    sample, gen the torch.Generator of depth sampling.
+                                                    stats: "loss" (the task loss, without any halting
+                                                    term), "block_evals" (block applications per sample),
+                                                    "depth" (mean supervised depth)
+    policy(Tn, T_test, hidden, mask) -> K (B,)      the test-time depth; hidden (T_test+1, B, T, D) and the
+                                                    real-token mask (B, T) only for learned schedules
 
 Single-depth schedules (fixed, matched, window, fixed_window, rl) supervise one depth per sample and
-pay only for the steps they need; weighted schedules (ponder, multidepth, fixed_prior, act) read out
-every depth of one unrolled trajectory.
+pay only for the steps they need; weighted ones (multidepth, fixed_prior, ponder, act) read out every
+depth of one unrolled trajectory. Each equation sits above the line that computes it.
 
-`model` is any object with the looped model's interface (forward(idx, n_steps, keep_hidden),
-forward_depths(idx, depth), embed/step/readout): this file imports only torch, so it can be copied
-alone.
-
-Shape legend: B batch, T sequence length, D model width, K loop steps, V vocabulary.
+This file imports only torch, so it can be copied alone. Shapes: B batch, T sequence length, D model
+width, K loop steps, V vocabulary.
 """
 
+import inspect
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-IGNORE = -100
+IGNORE = -100  # target of an unscored position (F.cross_entropy's ignore_index)
 
 
 def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """l(theta; x, y, tau) = CE(yhat_tau(x), y) averaged over each sample's scored positions.
-
-    logits (..., B, T, V), y (B, T) with IGNORE at unscored positions -> (..., B)
-    """
+    logits (..., B, T, V), y (B, T) with IGNORE at unscored positions -> (..., B)"""
     V = logits.shape[-1]
     ce = F.cross_entropy(logits.reshape(-1, V), y.expand(logits.shape[:-1]).reshape(-1),
                          ignore_index=IGNORE, reduction="none").view(logits.shape[:-1])  # (..., B, T)
-    scored = (y != IGNORE).float()
+    scored = (y != IGNORE).to(ce.dtype)
     return (ce * scored).sum(-1) / scored.sum(-1).clamp(min=1)
 
 
-def uniform_offsets(shape, w: int, gen: torch.Generator) -> torch.Tensor:
-    """D ~ Unif{-w..w}, one per sample."""
-    return torch.randint(-w, w + 1, shape, generator=gen)
+def unroll(model, x: torch.Tensor, K: int):
+    """The trajectory of K loop steps: logits (K, B, T, V) and hidden states (K+1, B, T, D), index 0 = H_0."""
+    h0 = h = model.embed(x)
+    logits, hidden = [], [h0]
+    for t in range(1, K + 1):
+        h = model.step(h, h0, t)
+        logits.append(model.readout(h))
+        hidden.append(h)
+    return torch.stack(logits), torch.stack(hidden)
 
 
-PAD = 0  # token id of padding (tasks.PAD); pads are excluded from the pooled state of a halting head
+def logits_at(model, x: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+    """Each sample read out at its own depth: x (B, T), depth (B,) -> (B, T, V). A model's forward_depths
+    (a shrinking active set: sum_i depth_i block applications) is used when it has one; any other looped
+    model is unrolled to max depth and each sample's step gathered (B * max depth applications)."""
+    if hasattr(model, "forward_depths"):
+        return model.forward_depths(x, depth)
+    logits, _ = unroll(model, x, int(depth.max()))
+    return logits[depth - 1, torch.arange(len(depth), device=x.device)]
 
+
+def check(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ValueError(msg)
+
+
+# === Single-depth schedules ==========================================================================
+
+class Schedule(nn.Module):
+    """Base: every sample is supervised at one depth tau = train_depth(Tn, gen); test rule `policy`.
+    active_set=False is the reference path: everyone unrolled to max tau, each sample's step gathered."""
+
+    name = "base"
+    needs_hidden = False  # does policy() read the hidden states?
+
+    def __init__(self, *, T_max: int = 20, active_set: bool = True):
+        super().__init__()
+        check(T_max >= 1, f"T_max={T_max}: must be >= 1")
+        self.T_max, self.active_set = T_max, active_set
+
+    def train_depth(self, Tn: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        raise NotImplementedError
+
+    def policy(self, Tn, T_test, hidden=None, mask=None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def loss(self, model, x, y, Tn, gen):
+        tau = self.train_depth(Tn, gen).to(x.device)  # (B,)
+        if self.active_set:
+            logits, evals = logits_at(model, x, tau), tau.float().mean().item()
+        else:
+            traj, _ = unroll(model, x, int(tau.max()))  # (K, B, T, V)
+            logits, evals = traj[tau - 1, torch.arange(len(tau), device=x.device)], tau.max().item()
+        # l(theta; x, y, tau) = CE(yhat_tau(x), y)
+        loss = per_sample_ce(logits, y).mean()
+        return loss, {"loss": loss.item(), "block_evals": float(evals), "depth": tau.float().mean().item()}
+
+
+def uniform_offsets(like: torch.Tensor, w: int, gen: torch.Generator) -> torch.Tensor:
+    """D ~ Unif{-w..w}, one per sample, drawn on gen's device and moved to like's."""
+    return torch.randint(-w, w + 1, like.shape, generator=gen).to(like.device)
+
+
+class Fixed(Schedule):
+    """K = c for every sample, in training and at test."""
+
+    name = "fixed"
+
+    def __init__(self, *, c: int = 20, **base):
+        super().__init__(**base)
+        check(1 <= c <= self.T_max, f"c={c}: the fixed depth must be in 1..T_max ({self.T_max})")
+        self.c = c
+
+    def train_depth(self, Tn, gen):
+        return torch.full_like(Tn, self.c)
+
+    def policy(self, Tn, T_test, hidden=None, mask=None):
+        return torch.full_like(Tn, min(self.c, T_test))
+
+
+class Matched(Schedule):
+    """Length-matched: K = T(n) in training (clipped to 1..T_max) and at test (clipped to 1..T_test)."""
+
+    name = "matched"
+
+    def train_depth(self, Tn, gen):
+        return Tn.clamp(1, self.T_max)
+
+    def policy(self, Tn, T_test, hidden=None, mask=None):
+        return Tn.clamp(1, T_test)
+
+
+class Window(Matched):
+    """Local window (primary paper): K = clip(T(n) + D, 1, T_max), D ~ Unif{-w..w} per sample; test K = T(n)."""
+
+    name = "window"
+
+    def __init__(self, *, w: int = 5, **base):
+        super().__init__(**base)
+        check(w >= 0, f"w={w}: must be >= 0")
+        self.w = w
+
+    def train_depth(self, Tn, gen):
+        # K = clip(T(n) + D, 1, T_max)
+        return (Tn + uniform_offsets(Tn, self.w, gen)).clamp(1, self.T_max)
+
+
+class FixedWindow(Fixed):
+    """Fixed-compute window: K = clip(c + D, 1, T_max), D ~ Unif{-w..w}; test K = c."""
+
+    name = "fixed_window"
+
+    def __init__(self, *, w: int = 5, **base):
+        super().__init__(**base)
+        check(w >= 0, f"w={w}: must be >= 0")
+        self.w = w
+
+    def train_depth(self, Tn, gen):
+        # K = clip(c + D, 1, T_max)
+        return (self.c + uniform_offsets(Tn, self.w, gen)).clamp(1, self.T_max)
+
+
+# === Weighted schedules: every depth of one trajectory ================================================
+
+class MultiDepth(Matched):
+    """Multi-depth average: the deterministic mean of l_k over the window S_w(x); test K = T(n)."""
+
+    name = "multidepth"
+
+    def __init__(self, *, w: int = 5, T_max: int = 20):
+        super().__init__(T_max=T_max)
+        check(w >= 0, f"w={w}: must be >= 0")
+        self.w = w
+
+    def loss(self, model, x, y, Tn, gen):
+        # S_w(x) = {clip(T(n) + d, 1, T_max) : d = -w..w} = the integers lo..hi. A set: the depths that
+        # clipping piles up at 1 or T_max count once, so every supervised depth has the same weight.
+        lo, hi = (Tn - self.w).clamp(1, self.T_max), (Tn + self.w).clamp(1, self.T_max)  # (B,)
+        K = int(hi.max())  # one unroll to the deepest window of the batch: B * K block applications
+        l = per_sample_ce(unroll(model, x, K)[0], y)  # (K, B): l_k for every depth k = 1..K
+        k = torch.arange(1, K + 1, device=x.device).unsqueeze(1)  # (K, 1)
+        in_S = ((k >= lo) & (k <= hi)).to(l.dtype)  # (K, B)
+        # L = (1/|S_w(x)|) sum_{k in S_w(x)} l_k
+        loss = ((in_S * l).sum(0) / in_S.sum(0)).mean()
+        return loss, {"loss": loss.item(), "block_evals": float(K), "depth": ((lo + hi) / 2).float().mean().item()}
+
+
+def truncated_geometric(lam: float, K: int) -> torch.Tensor:
+    """p(t) = lam (1 - lam)^(t-1) / Z on t = 1..K, Z = 1 - (1 - lam)^K (truncated and renormalised). -> (K,)"""
+    check(0 < lam < 1, f"geometric parameter {lam}: must be in (0, 1)")
+    p = lam * (1 - lam) ** torch.arange(K, dtype=torch.float64)
+    return (p / p.sum()).float()
+
+
+class FixedPrior(Schedule):
+    """Fixed prior (Popescu et al.): sum_t pi_t l_t with an input-independent pi over 1..T_max; test K = T_max
+    (the papers' post-hoc readouts, readouts.py, choose other depths)."""
+
+    name = "fixed_prior"
+
+    def __init__(self, *, prior: str = "geometric", lambda_p: float = 0.2, T_max: int = 20):
+        super().__init__(T_max=T_max)
+        check(prior in ("uniform", "geometric"), f"prior={prior!r}: choose from uniform, geometric")
+        # pi_t = 1 / T_max (uniform), or lambda_p (1 - lambda_p)^(t-1) / Z (truncated geometric)
+        pi = torch.full((T_max,), 1 / T_max) if prior == "uniform" else truncated_geometric(lambda_p, T_max)
+        self.register_buffer("pi", pi, persistent=False)  # (T_max,)
+
+    def loss(self, model, x, y, Tn, gen):
+        l = per_sample_ce(unroll(model, x, self.T_max)[0], y)  # (T_max, B)
+        # L = sum_t pi_t l_t
+        loss = (self.pi.unsqueeze(1) * l).sum(0).mean()
+        depth = (self.pi * torch.arange(1, self.T_max + 1, device=self.pi.device)).sum()  # E_pi[t]
+        return loss, {"loss": loss.item(), "block_evals": float(self.T_max), "depth": depth.item()}
+
+    def policy(self, Tn, T_test, hidden=None, mask=None):
+        return torch.full_like(Tn, min(self.T_max, T_test))
+
+
+# === Learned halting: a hazard head on the pooled state ===============================================
 
 def pool(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """h_t = Pool(H_t): mean over each sample's real (non-pad) positions.
-    h (..., B, T, D), mask (B, T) -> (..., B, D)."""
+    """h_t = Pool(H_t): mean over each sample's real (non-pad) positions. h (..., B, T, D), mask (B, T) -> (..., B, D)."""
     m = mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
     return (h * m).sum(-2) / m.sum(-2).clamp(min=1)
 
@@ -76,189 +265,26 @@ def log_stop_distribution(hazard_logits: torch.Tensor) -> torch.Tensor:
     return _log_stop(F.logsigmoid(hazard_logits), F.logsigmoid(-hazard_logits))
 
 
-def entropy(log_pi: torch.Tensor) -> torch.Tensor:
-    """H(pi) = -sum_t pi_t log pi_t from finite log-probabilities (..., K) -> (...)."""
-    return -(log_pi.exp() * log_pi).sum(-1)
-
-
-def kl_divergence(log_q: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
-    """KL(q || p) = sum_t q_t (log q_t - log p_t). (..., K) -> (...)."""
-    return (log_q.exp() * (log_q - log_p)).sum(-1)
-
-
-def truncated_geometric(lam: float, K: int) -> torch.Tensor:
-    """p(t) = lam (1 - lam)^(t-1) / Z on t = 1..K, Z = 1 - (1 - lam)^K (truncated and renormalised). -> (K,)"""
-    if not 0 < lam < 1:
-        raise ValueError(f"geometric parameter {lam}: must be in (0, 1)")
-    p = lam * (1 - lam) ** torch.arange(K, dtype=torch.float64)
-    return (p / p.sum()).float()
-
-
-def sample_stop(hazard_logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """tau ~ pi, by inversion with one uniform u per sample: tau = min{t < K : S_t < u}, else K, where
-    S_t = prod_{i<=t} (1 - r_i) = Pr(tau > t). hazard_logits (B, K-1), u (B,) -> tau (B,) in 1..K."""
-    log_S = F.logsigmoid(-hazard_logits).cumsum(-1)  # (B, K-1)
-    stopped = log_S < u.log().unsqueeze(-1)
-    K = hazard_logits.shape[-1] + 1
-    return torch.where(stopped.any(-1), stopped.int().argmax(-1) + 1, K)
-
-
-def reinforce_loss(logp_tau: torch.Tensor, reward: torch.Tensor, baseline) -> torch.Tensor:
-    """REINFORCE surrogate, mean over the batch: -sg(R - b) log pi(tau|x). Its gradient is an unbiased
-    estimate of -grad_phi E_{tau~pi}[R] (the baseline changes the variance, not the mean)."""
-    return -((reward - baseline).detach() * logp_tau).mean()
-
-
-def act_weights(halt: torch.Tensor, eps: float):
-    """Graves' ACT halting from halting probabilities h_t, t = 1..K-1 (B, K-1) (step K always halts).
-    N = min{n : sum_{t<=n} h_t >= 1 - eps} (else K); p_t = h_t for t < N, p_N = R = 1 - sum_{t<N} h_t,
-    p_t = 0 after N. Returns N (B,), R (B,), p (B, K)."""
-    K = halt.shape[1] + 1
-    # N = min{n : sum_{t<=n} h_t >= 1 - eps}, capped at K
-    over = halt.cumsum(-1) >= 1 - eps  # (B, K-1)
-    N = torch.where(over.any(-1), over.int().argmax(-1) + 1, K)  # (B,)
-    t = torch.arange(1, K + 1, device=halt.device)  # (K,)
-    before = t.unsqueeze(0) < N.unsqueeze(1)  # (B, K) steps t < N
-    # R = 1 - sum_{t<N} h_t;  p_t = h_t (t < N), R (t = N), 0 (t > N)
-    R = 1 - (halt * before[:, :-1]).sum(-1)
-    p = torch.where(before, F.pad(halt, (0, 1)), torch.zeros((), dtype=halt.dtype, device=halt.device))
-    p = p + R.unsqueeze(1) * (t.unsqueeze(0) == N.unsqueeze(1))
-    return N, R, p
-
-
-class Schedule(nn.Module):
-    """Base: single-depth supervision at a depth drawn by `train_depth`, test rule `policy`."""
-
-    name = "base"
-    needs_hidden = False  # does policy() need the hidden states?
-
-    def __init__(self, K: int = 20, w: int = 5, T_max: int = 20, active_set: bool = True, **_):
-        super().__init__()
-        self.K, self.w, self.T_max, self.active_set = K, w, T_max, active_set
-
-    def train_depth(self, Tn: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        raise NotImplementedError
-
-    def policy(self, Tn, T_test, logits=None, hidden=None, mask=None) -> torch.Tensor:
-        raise NotImplementedError
-
-    def loss(self, model, x, y, Tn, gen):
-        # l(theta; x, y, tau) = CE(yhat_tau(x), y), tau = this schedule's depth for each sample
-        tau = self.train_depth(Tn, gen).to(x.device)
-        if self.active_set:  # pays sum_i tau_i block evaluations
-            logits = model.forward_depths(x, tau)  # (B, T, V)
-            evals = tau.float().mean()
-        else:  # reference: unroll everyone to max tau, gather each sample's depth
-            traj = model(x, int(tau.max()))  # (K, B, T, V)
-            logits = traj[tau - 1, torch.arange(len(tau), device=x.device)]
-            evals = tau.max().float()
-        loss = per_sample_ce(logits, y).mean()
-        return loss, {"block_evals": evals.item(), "depth": tau.float().mean().item()}
-
-
-class Fixed(Schedule):
-    """K = c for every sample, in training and at test."""
-
-    name = "fixed"
-
-    def train_depth(self, Tn, gen):
-        return torch.full_like(Tn, self.K)
-
-    def policy(self, Tn, T_test, logits=None, hidden=None, mask=None):
-        return torch.full_like(Tn, min(self.K, T_test))
-
-
-class Matched(Schedule):
-    """Length-matched: K = T(n) in training (clipped to 1..T_max) and at test (clipped to 1..T_test)."""
-
-    name = "matched"
-
-    def train_depth(self, Tn, gen):
-        return Tn.clamp(1, self.T_max)
-
-    def policy(self, Tn, T_test, logits=None, hidden=None, mask=None):
-        return Tn.clamp(1, T_test)
-
-
-class Window(Matched):
-    """Local window: K = clip(T(n) + D, 1, T_max), D ~ Unif{-w..w} per sample; test K = T(n)."""
-
-    name = "window"
-
-    def train_depth(self, Tn, gen):
-        # K = clip(T(n) + D, 1, T_max)
-        return (Tn + uniform_offsets(Tn.shape, self.w, gen)).clamp(1, self.T_max)
-
-
-class FixedWindow(Fixed):
-    """Fixed-compute window: K = clip(c + D, 1, T_max), D ~ Unif{-w..w}; test K = c."""
-
-    name = "fixed_window"
-
-    def train_depth(self, Tn, gen):
-        # K = clip(c + D, 1, T_max)
-        return (self.K + uniform_offsets(Tn.shape, self.w, gen)).clamp(1, self.T_max)
-
-
-class MultiDepth(Matched):
-    """Multi-depth average: the deterministic mean of the per-depth losses over the window; test K = T(n)."""
-
-    name = "multidepth"
-
-    def loss(self, model, x, y, Tn, gen):
-        # S_w(x) = {clip(T(n) + d, 1, T_max) : d = -w..w} = the integers lo..hi. A set: the depths that
-        # clipping piles up at 1 or T_max count once, so every supervised depth has the same weight.
-        lo, hi = (Tn - self.w).clamp(1, self.T_max), (Tn + self.w).clamp(1, self.T_max)  # (B,)
-        K = int(hi.max())  # one unroll to the deepest window of the batch: B * K block applications
-        l = per_sample_ce(model(x, K), y)  # (K, B): l_k for every depth k = 1..K
-        k = torch.arange(1, K + 1, device=x.device).unsqueeze(1)  # (K, 1)
-        in_S = ((k >= lo) & (k <= hi)).to(l.dtype)  # (K, B)
-        # L = (1/|S_w(x)|) sum_{k in S_w(x)} l_k
-        loss = ((in_S * l).sum(0) / in_S.sum(0)).mean()
-        return loss, {"block_evals": float(K), "depth": ((lo + hi) / 2).float().mean().item()}
-
-
-class FixedPrior(Schedule):
-    """Fixed prior: sum_t pi_t l_t with an input-independent pi over 1..T_max (seed 001); test K = T_max."""
-
-    name = "fixed_prior"
-
-    def __init__(self, prior: str = "geometric", lam: float = 0.3, **kwargs):
-        super().__init__(**kwargs)
-        if prior not in ("uniform", "geometric"):
-            raise ValueError(f"--prior {prior!r}: choose from uniform, geometric")
-        if prior == "geometric" and not 0 < lam < 1:
-            raise ValueError(f"--lam {lam}: must be in (0, 1)")
-        # pi_t = 1 / T_max (uniform), or lam (1 - lam)^(t-1) / Z (truncated geometric)
-        pi = torch.full((self.T_max,), 1 / self.T_max) if prior == "uniform" else truncated_geometric(lam, self.T_max)
-        self.register_buffer("pi", pi, persistent=False)  # (T_max,)
-
-    def loss(self, model, x, y, Tn, gen):
-        l = per_sample_ce(model(x, self.T_max), y)  # (T_max, B)
-        # L = sum_t pi_t l_t
-        loss = (self.pi.unsqueeze(1) * l).sum(0).mean()
-        depth = (self.pi * torch.arange(1, self.T_max + 1, device=self.pi.device)).sum()  # E_pi[t]
-        return loss, {"block_evals": float(self.T_max), "depth": depth.item()}
-
-    def policy(self, Tn, T_test, logits=None, hidden=None, mask=None):
-        return torch.full_like(Tn, min(self.T_max, T_test))
-
-
-class LearnedHalting(Schedule):
-    """Base of the schedules with a halting head q_phi: one linear layer on the pooled state,
-    hazard r_t = sigmoid(q_phi(h_t)), h_t = Pool(H_t) over real tokens."""
+class HaltingHead(Schedule):
+    """Base of the learned schedules: q_phi, one linear layer on the pooled state, gives the hazard
+    r_t = sigmoid(q_phi(h_t)), h_t = Pool(H_t) over the real tokens (pad_id: the padding token, whose
+    positions are left out of the pool; None: every position is real)."""
 
     needs_hidden = True
     detach_input = False  # rl: True (the head never sends gradient into the transformer)
 
-    def __init__(self, d_model: int = 64, **kwargs):
-        super().__init__(**kwargs)
-        if self.T_max < 2:
-            raise ValueError(f"--T_max {self.T_max}: a halting head needs T_max >= 2")
+    def __init__(self, *, d_model: int, pad_id: int | None = None, **base):
+        super().__init__(**base)
+        check(self.T_max >= 2, f"T_max={self.T_max}: a halting head needs T_max >= 2")
+        self.pad_id = pad_id
         self.head = nn.Linear(d_model, 1)  # q_phi
         # r_t ~ 1/T_max at the start: pi spreads over every depth (a bias of 0 gives r ~ 1/2, which puts
         # 3/4 of the mass on steps 1-2 before anything is learned)
         nn.init.constant_(self.head.bias, -math.log(self.T_max - 1))
+
+    def real(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T) bool: the positions that are not padding."""
+        return x != self.pad_id if self.pad_id is not None else torch.ones_like(x, dtype=torch.bool)
 
     def hazard_logits(self, h: torch.Tensor) -> torch.Tensor:
         """a_t = q_phi(h_t), pooled states h (..., D) -> (...)."""
@@ -274,35 +300,87 @@ class LearnedHalting(Schedule):
         return log_stop_distribution(self.trajectory_logits(hidden, mask, T_test))  # (B, T_test)
 
 
-class RLHalting(LearnedHalting):
-    """RL-Halting (seed 000, SPEC section 3): tau ~ pi(.|x), CE at tau, the head trained by REINFORCE.
+def sample_stop(hazard_logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """tau ~ pi, by inversion with one uniform u per sample: tau = min{t < K : S_t < u}, else K, where
+    S_t = prod_{i<=t} (1 - r_i) = Pr(tau > t). hazard_logits (B, K-1), u (B,) -> tau (B,) in 1..K."""
+    log_S = F.logsigmoid(-hazard_logits).cumsum(-1)  # (B, K-1)
+    stopped = log_S < u.log().unsqueeze(-1)
+    K = hazard_logits.shape[-1] + 1
+    return torch.where(stopped.any(-1), stopped.int().argmax(-1) + 1, K)
 
-    Cost. Sampling tau and log pi(tau|x) need only the hazards of steps 1..tau, but the entropy bonus
-    over the full pi(.|x) needs every hazard r_1..r_{T_max-1}, i.e. the states H_1..H_{T_max-1}. With
-    the active set, a sample runs steps 1..tau with gradient; after it stops, it keeps running under
-    no_grad (no activations kept, no backward) up to T_max-1, only to feed the entropy. So every sample
-    costs max(tau, T_max-1) block applications, of which tau carry gradient: block_evals counts both,
-    block_evals_grad the gradient ones. active_set=False is the reference: everyone unrolled with
-    gradient to T_max (the paper's 20.00 evaluations per step), hazards read from that trajectory.
+
+def entropy(log_pi: torch.Tensor) -> torch.Tensor:
+    """H(pi) = -sum_t pi_t log pi_t from finite log-probabilities (..., K) -> (...)."""
+    return -(log_pi.exp() * log_pi).sum(-1)
+
+
+def reinforce_loss(logp_tau: torch.Tensor, reward: torch.Tensor, baseline) -> torch.Tensor:
+    """REINFORCE surrogate, mean over the batch: -sg(R - b) log pi(tau|x). Its gradient is an unbiased
+    estimate of -grad_phi E_{tau~pi}[R] (the baseline changes the variance, not the mean)."""
+    return -((reward - baseline).detach() * logp_tau).mean()
+
+
+class RLHalting(HaltingHead):
+    """RL-Halting (primary paper): tau ~ pi(.|x), CE at tau, the head trained by REINFORCE on R = -CE.
+
+        h_t = sg(Pool(H_t))          detached: the head never sends gradient into the transformer
+        L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x)),   b <- 0.9 b + 0.1 mean(R)
+        total: CE(yhat_tau, y) + L_halt;   test: K_pi(x) = argmax_{1<=t<=T_test} pi^(T_test)(t|x)
+
+    Cost. Sampling tau and log pi(tau|x) need only the hazards of steps 1..tau, but the entropy over the
+    full pi(.|x) needs every hazard r_1..r_{T_max-1}. The reference path (active_set=False) unrolls
+    everyone to T_max with gradient (the paper's 20.00 block evaluations per sample). The active-set
+    path runs steps 1..tau with gradient and, once a sample has stopped, continues it under no_grad up
+    to T_max-1 only to feed the entropy: max(tau, T_max-1) applications, tau with gradient.
     """
 
     name = "rl"
     detach_input = True
 
-    def __init__(self, lambda_ent: float = 0.001, **kwargs):
-        super().__init__(**kwargs)
-        if not lambda_ent >= 0:
-            raise ValueError(f"--lambda_ent {lambda_ent}: must be >= 0")
+    def __init__(self, *, lambda_ent: float = 0.001, **base):
+        super().__init__(**base)
+        check(lambda_ent >= 0, f"lambda_ent={lambda_ent}: must be >= 0")
         self.lambda_ent = lambda_ent
         self.register_buffer("baseline", torch.zeros(()))  # b, checkpointed with the schedule
 
-    def policy(self, Tn, T_test, logits=None, hidden=None, mask=None):
+    def policy(self, Tn, T_test, hidden=None, mask=None):
         # K_pi(x) = argmax_{1<=t<=T_test} pi^(T_test)(t|x)
         return self.test_log_pi(hidden, mask, T_test).argmax(-1) + 1
 
+    def loss(self, model, x, y, Tn, gen):
+        ce, halt, stats = self.terms(model, x, y, Tn, gen)
+        # total: CE(yhat_tau, y) + L_halt
+        return ce + halt, stats
+
+    def terms(self, model, x, y, Tn, gen):
+        """The two parts of the loss, CE(yhat_tau, y) and L_halt, and the stats."""
+        mask = self.real(x)
+        u = torch.rand(x.shape[0], generator=gen).to(x.device)  # one uniform per sample: tau ~ pi by inversion
+        if self.active_set:
+            ce, tau, a, n_grad, n_nograd = self._unroll_active(model, x, y, mask, u.log())
+        else:  # reference: everyone unrolled to T_max with gradient, each sample's tau gathered
+            logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, T, V), (T_max+1, B, T, D)
+            a = self.trajectory_logits(hidden, mask, self.T_max)  # (B, T_max-1)
+            tau = sample_stop(a.detach(), u)
+            ce = per_sample_ce(logits[tau - 1, torch.arange(len(tau), device=x.device)], y)
+            n_grad, n_nograd = float(self.T_max), 0.0
+        log_pi = log_stop_distribution(a)  # (B, T_max)
+        # R = -l(theta; x, y, tau), stop-gradient
+        R = -ce.detach()
+        # L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x))
+        log_pi_tau = log_pi.gather(1, (tau - 1).unsqueeze(1)).squeeze(1)
+        halt = reinforce_loss(log_pi_tau, R, self.baseline) - self.lambda_ent * entropy(log_pi).mean()
+        # b <- 0.9 b + 0.1 mean(R)   (after its use in this step's loss)
+        with torch.no_grad():
+            self.baseline.mul_(0.9).add_(0.1 * R.mean())
+        stats = {"loss": ce.mean().item(), "halt_loss": halt.item(), "block_evals": n_grad + n_nograd,
+                 "block_evals_grad": n_grad, "depth": tau.float().mean().item(), "baseline": self.baseline.item()}
+        return ce.mean(), halt, stats
+
     def _unroll_active(self, model, x, y, mask, log_u):
-        """Sample tau online (the rule of sample_stop, step by step) and return the CE at tau (B,), tau (B,),
-        the hazard logits (B, T_max-1) and the block applications per sample with and without gradient."""
+        """The active-set path: sample tau online (the rule of sample_stop, step by step) and return the CE at
+        tau (B,), tau (B,), the hazard logits (B, T_max-1) and the block applications per sample with and
+        without gradient."""
         B, Tm = x.shape[0], self.T_max
         h0 = model.embed(x)  # (B, T, D)
         live, done = torch.arange(B, device=x.device), torch.zeros(0, dtype=torch.long, device=x.device)
@@ -333,68 +411,39 @@ class RLHalting(LearnedHalting):
         ce = torch.cat(ce)[torch.argsort(done)]  # `done` lists the samples in the order they stopped
         return ce, tau, torch.stack(a, 1), n_grad / B, n_nograd / B
 
-    def terms(self, model, x, y, Tn, gen):
-        """The two parts of the loss, CE(yhat_tau, y) and L_halt, and the stats."""
-        mask = x != PAD
-        u = torch.rand(x.shape[0], generator=gen).to(x.device)  # one uniform per sample: tau ~ pi by inversion
-        if self.active_set:
-            ce, tau, a, n_grad, n_nograd = self._unroll_active(model, x, y, mask, u.log())
-        else:  # reference: unroll everyone to T_max with gradient, gather each sample's tau
-            logits, hidden = model(x, self.T_max, keep_hidden=True)  # (T_max, B, T, V), (T_max+1, B, T, D)
-            a = self.trajectory_logits(hidden, mask, self.T_max)  # (B, T_max-1)
-            tau = sample_stop(a.detach(), u)
-            ce = per_sample_ce(logits[tau - 1, torch.arange(len(tau), device=x.device)], y)
-            n_grad, n_nograd = float(self.T_max), 0.0
-        log_pi = log_stop_distribution(a)  # (B, T_max)
-        # R = -l(theta; x, y, tau), stop-gradient
-        R = -ce.detach()
-        # L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x))
-        log_pi_tau = log_pi.gather(1, (tau - 1).unsqueeze(1)).squeeze(1)
-        halt = reinforce_loss(log_pi_tau, R, self.baseline) - self.lambda_ent * entropy(log_pi).mean()
-        # b <- 0.9 b + 0.1 mean(R)   (after its use in this step's loss)
-        with torch.no_grad():
-            self.baseline.mul_(0.9).add_(0.1 * R.mean())
-        stats = {"block_evals": n_grad + n_nograd, "block_evals_grad": n_grad, "depth": tau.float().mean().item(),
-                 "ce": ce.mean().item(), "baseline": self.baseline.item()}
-        return ce.mean(), halt, stats
 
-    def loss(self, model, x, y, Tn, gen):
-        # total: CE(yhat_tau, y) + L_halt
-        ce, halt, stats = self.terms(model, x, y, Tn, gen)
-        return ce + halt, stats
+def kl_divergence(log_q: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
+    """KL(q || p) = sum_t q_t (log q_t - log p_t). (..., K) -> (...)."""
+    return (log_q.exp() * (log_q - log_p)).sum(-1)
 
 
-class PonderNet(LearnedHalting):
+class PonderNet(HaltingHead):
     """PonderNet (Banino et al. 2021): sum_t q_t l_t + beta KL(q || truncated geometric(lambda_p)).
-    The head is not detached; the remaining mass of q goes to T_max. Test: first t with cumulative
+    The head is not detached; the remaining mass of q goes to T_max. Test: the first t with cumulative
     q >= alpha (ponder_rule="alpha"), or argmax_t q_t (ponder_rule="argmax")."""
 
     name = "ponder"
 
-    def __init__(self, beta: float = 0.01, lambda_p: float = 0.2, alpha: float = 0.5, ponder_rule: str = "alpha",
-                 **kwargs):
-        super().__init__(**kwargs)
-        if not beta >= 0:
-            raise ValueError(f"--beta {beta}: must be >= 0")
-        if not 0 < alpha <= 1:
-            raise ValueError(f"--alpha {alpha}: must be in (0, 1]")
-        if ponder_rule not in ("alpha", "argmax"):
-            raise ValueError(f"--ponder_rule {ponder_rule!r}: choose from alpha, argmax")
-        if not 0 < lambda_p < 1:
-            raise ValueError(f"--lambda_p {lambda_p}: must be in (0, 1)")
+    def __init__(self, *, beta: float = 0.01, lambda_p: float = 0.2, alpha: float = 0.5, ponder_rule: str = "alpha",
+                 **base):
+        super().__init__(**base)
+        check(beta >= 0, f"beta={beta}: must be >= 0")
+        check(0 < alpha <= 1, f"alpha={alpha}: must be in (0, 1]")
+        check(ponder_rule in ("alpha", "argmax"), f"ponder_rule={ponder_rule!r}: choose from alpha, argmax")
         self.beta, self.alpha, self.rule = beta, alpha, ponder_rule
         self.register_buffer("log_prior", truncated_geometric(lambda_p, self.T_max).log(), persistent=False)
 
     def loss(self, model, x, y, Tn, gen):
-        logits, hidden = model(x, self.T_max, keep_hidden=True)  # (T_max, B, T, V), (T_max+1, B, T, D)
+        logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, T, V), (T_max+1, B, T, D)
         l = per_sample_ce(logits, y).transpose(0, 1)  # (B, T_max)
-        log_q = log_stop_distribution(self.trajectory_logits(hidden, x != PAD, self.T_max))  # (B, T_max)
+        log_q = log_stop_distribution(self.trajectory_logits(hidden, self.real(x), self.T_max))  # (B, T_max)
         # L = sum_t q_t l_t + beta KL(q || p_G)
-        loss = ((log_q.exp() * l).sum(1) + self.beta * kl_divergence(log_q, self.log_prior)).mean()
+        task, kl = (log_q.exp() * l).sum(1).mean(), self.beta * kl_divergence(log_q, self.log_prior).mean()
         depth = (log_q.exp() * torch.arange(1, self.T_max + 1, device=x.device)).sum(1).mean()  # E_q[t]
-        return loss, {"block_evals": float(self.T_max), "depth": depth.item()}
+        return task + kl, {"loss": task.item(), "halt_loss": kl.item(), "block_evals": float(self.T_max),
+                           "depth": depth.item()}
 
-    def policy(self, Tn, T_test, logits=None, hidden=None, mask=None):
+    def policy(self, Tn, T_test, hidden=None, mask=None):
         log_q = self.test_log_pi(hidden, mask, T_test)  # (B, T_test)
         if self.rule == "argmax":
             return log_q.argmax(-1) + 1
@@ -403,7 +452,24 @@ class PonderNet(LearnedHalting):
         return torch.where(reached.any(-1), reached.int().argmax(-1) + 1, T_test)
 
 
-class ACT(LearnedHalting):
+def act_weights(halt: torch.Tensor, eps: float):
+    """Graves' ACT halting from halting probabilities h_t, t = 1..K-1 (B, K-1) (step K always halts).
+    N = min{n : sum_{t<=n} h_t >= 1 - eps} (else K); p_t = h_t for t < N, p_N = R = 1 - sum_{t<N} h_t,
+    p_t = 0 after N. Returns N (B,), R (B,), p (B, K)."""
+    K = halt.shape[1] + 1
+    # N = min{n : sum_{t<=n} h_t >= 1 - eps}, capped at K
+    over = halt.cumsum(-1) >= 1 - eps  # (B, K-1)
+    N = torch.where(over.any(-1), over.int().argmax(-1) + 1, K)  # (B,)
+    t = torch.arange(1, K + 1, device=halt.device)  # (K,)
+    before = t.unsqueeze(0) < N.unsqueeze(1)  # (B, K) steps t < N
+    # R = 1 - sum_{t<N} h_t;  p_t = h_t (t < N), R (t = N), 0 (t > N)
+    R = 1 - (halt * before[:, :-1]).sum(-1)
+    p = torch.where(before, F.pad(halt, (0, 1)), torch.zeros((), dtype=halt.dtype, device=halt.device))
+    p = p + R.unsqueeze(1) * (t.unsqueeze(0) == N.unsqueeze(1))
+    return N, R, p
+
+
+class ACT(HaltingHead):
     """Graves' Adaptive Computation Time (2016), one halting decision per sample.
 
     Training: halting probabilities h_t = sigmoid(q_phi(Pool(H_t))) (head not detached), N and the
@@ -415,37 +481,49 @@ class ACT(LearnedHalting):
 
     name = "act"
 
-    def __init__(self, tau_act: float = 0.01, act_eps: float = 0.01, **kwargs):
-        super().__init__(**kwargs)
-        if not tau_act >= 0:
-            raise ValueError(f"--tau_act {tau_act}: must be >= 0")
-        if not 0 < act_eps < 1:
-            raise ValueError(f"--act_eps {act_eps}: must be in (0, 1)")
+    def __init__(self, *, tau_act: float = 0.01, act_eps: float = 0.01, **base):
+        super().__init__(**base)
+        check(tau_act >= 0, f"tau_act={tau_act}: must be >= 0")
+        check(0 < act_eps < 1, f"act_eps={act_eps}: must be in (0, 1)")
         self.tau_act, self.eps = tau_act, act_eps
 
     def loss(self, model, x, y, Tn, gen):
-        logits, hidden = model(x, self.T_max, keep_hidden=True)  # (T_max, B, T, V), (T_max+1, B, T, D)
-        halt = torch.sigmoid(self.trajectory_logits(hidden, x != PAD, self.T_max))  # (B, T_max-1)
+        logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, T, V), (T_max+1, B, T, D)
+        halt = torch.sigmoid(self.trajectory_logits(hidden, self.real(x), self.T_max))  # (B, T_max-1)
         N, R, p = act_weights(halt, self.eps)  # (B,), (B,), (B, T_max)
         # yhat = sum_t p_t logits_t
         mixed = torch.einsum("bk,kbtv->btv", p, logits)  # (B, T, V)
         # L = CE(yhat, y) + tau_act * (N + R)   (N is a step count: its gradient flows through R only)
-        loss = (per_sample_ce(mixed, y) + self.tau_act * (N + R)).mean()
+        task, cost = per_sample_ce(mixed, y).mean(), self.tau_act * (N + R).mean()
         depth = (p * torch.arange(1, self.T_max + 1, device=x.device)).sum(1).mean()  # sum_t p_t t
-        return loss, {"block_evals": float(self.T_max), "depth": depth.item(),
-                      "ponder_cost": (N + R).float().mean().item()}
+        return task + cost, {"loss": task.item(), "halt_loss": cost.item(), "block_evals": float(self.T_max),
+                             "depth": depth.item(), "ponder_cost": (N + R).float().mean().item()}
 
-    def policy(self, Tn, T_test, logits=None, hidden=None, mask=None):
+    def policy(self, Tn, T_test, hidden=None, mask=None):
         halt = torch.sigmoid(self.trajectory_logits(hidden, mask, T_test))  # (B, T_test-1)
         return act_weights(halt, self.eps)[0]
 
 
-SCHEDULES = {s.name: s for s in [Fixed, Matched, Window, FixedWindow, RLHalting, PonderNet, MultiDepth,
-                                 FixedPrior, ACT]}
+SCHEDULES = {s.name: s for s in [Fixed, Matched, Window, FixedWindow, MultiDepth, FixedPrior, RLHalting,
+                                 PonderNet, ACT]}
+
+
+def settings(name: str) -> list[str]:
+    """The keyword arguments schedule `name` accepts: its own, and its bases' where it forwards **base."""
+    out = []
+    for cls in SCHEDULES[name].__mro__:
+        if "__init__" in vars(cls):
+            params = inspect.signature(cls.__init__).parameters.values()
+            out += [p.name for p in params if p.kind == p.KEYWORD_ONLY and p.name not in out]
+            if not any(p.kind == p.VAR_KEYWORD for p in params):
+                break
+    return out
 
 
 def make_schedule(name: str, **kwargs) -> Schedule:
-    """kwargs: K, w, T_max, active_set, d_model and the learned schedules' own settings."""
-    if name not in SCHEDULES:
-        raise ValueError(f"unknown schedule {name!r}: choose from {', '.join(SCHEDULES)}")
+    """The schedule `name` with its settings, e.g. make_schedule("window", w=5, T_max=20); a misspelt or
+    foreign setting is an error (settings(name) lists the valid ones)."""
+    check(name in SCHEDULES, f"unknown schedule {name!r}: choose from {', '.join(SCHEDULES)}")
+    bad = sorted(set(kwargs) - set(settings(name)))
+    check(not bad, f"schedule {name} has no setting {', '.join(bad)}: its settings are {', '.join(settings(name))}")
     return SCHEDULES[name](**kwargs)

@@ -6,9 +6,9 @@ A looped transformer: one shared block of L causal GPT layers applied K times wi
     logits_t = head(LN_f(H_t))      one shared readout, applicable at every step
 
 The model exposes the whole *trajectory* (hidden state and logits at every step) from one pass, so
-every depth K = 1..T can be read out without re-running shorter loops (SPEC section 1).
+every depth K = 1..T can be read out without re-running shorter loops.
 `looped=False` builds the non-looped "vanilla" baseline: n_layer * n_loops distinct layers run once
-through the same code (step t uses its own block t).
+through the same code (step t uses its own block t), where n_loops is the depth it is trained at.
 
 This file imports only torch, so it can be copied alone.
 
@@ -29,7 +29,7 @@ class ModelConfig:
     d_model: int = 64         # D, width of the residual stream
     n_head: int = 4           # attention heads; d_model % n_head == 0
     n_layer: int = 3          # L, GPT layers in the shared block
-    dropout: float = 0.0      # no dropout by default (SPEC section 1)
+    dropout: float = 0.0      # no dropout by default (as in the papers)
     inject: bool = True       # input injection H_t = Block(H_{t-1} + H_0)
     looped: bool = True       # False: vanilla baseline with n_loops distinct blocks, run once
     n_loops: int = 20         # vanilla only: how many distinct blocks (the K it is trained at)
@@ -128,9 +128,6 @@ class LoopedTransformer(nn.Module):
         """logits_t = head(LN_f(H_t)). (..., D) -> (..., V)."""
         return self.head(self.ln_f(h))
 
-    def max_steps(self) -> int | None:
-        return None if self.cfg.looped else self.cfg.n_loops
-
     # --- whole trajectory --------------------------------------------------------------------------
 
     def forward(self, idx: torch.Tensor, n_steps: int, keep_hidden: bool = False):
@@ -176,6 +173,3 @@ class LoopedTransformer(nn.Module):
                 out[t - 1] = self.readout(h[lo:hi])
         logits = torch.cat([o for o in reversed(out) if o is not None])  # sorted order again
         return logits[torch.argsort(order)]  # back to the caller's order (B, T, V)
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())

@@ -411,3 +411,92 @@ def format_timing(rows: list) -> str:
     lines += [f"| {r['readout']} | {r['depth']:.2f} | {100 * r['acc']:.1f} | {r['seconds']:.3f} "
               f"| {rows[0]['seconds'] / r['seconds']:.2f}x |" for r in rows]
     return "\n".join(lines)
+
+
+# --- every readout of a trained model -----------------------------------------------------------------
+# The caller builds the data: splits {"test", "val", "fit"} of fixed sets {n: (x, y, n, T(n))}, three
+# disjoint draws of the test grid. Thresholds, alphas and D@X are chosen on val, gates trained on fit,
+# everything reported on test.
+
+IGNORE = -100  # target of an unscored position
+
+
+@torch.no_grad()
+def collect(model, schedule, sets: dict, T_test: int, pad_id: int, device: str = "cpu", batch_size: int = 256,
+            pooled: bool = False) -> dict:
+    """One pass to T_test per batch: every readout signal {name: (K, B)}, exact match (K, B), per-step CE
+    (K, B) (what a gate is fitted to), the schedule's policy depth (B,), n (B,), T(n) (B,) and, with
+    pooled, the states pooled over real tokens (K, B, D)."""
+    parts = []
+    for n in sorted(sets):
+        x, y, ns, Tn = sets[n]
+        for i in range(0, len(x), batch_size):
+            xb, yb, tb = (t[i:i + batch_size].to(device) for t in (x, y, Tn))
+            logits, hidden = model(xb, T_test, keep_hidden=True)  # (K, B, T, V), (K+1, B, T, D)
+            mask, scored = xb != pad_id, yb != IGNORE
+            ce = nn.functional.cross_entropy(logits.flatten(0, 2), yb.expand(logits.shape[:-1]).flatten(),
+                                             ignore_index=IGNORE, reduction="none").view(logits.shape[:-1])
+            part = {"signals": trajectory_signals(logits, hidden, scored),
+                    "correct": ((logits.argmax(-1) == yb) | ~scored).all(-1),
+                    "ce": (ce * scored).sum(-1) / scored.sum(-1).clamp(min=1),  # mean CE over scored positions
+                    "policy": schedule.policy(tb, T_test, hidden=hidden, mask=mask).clamp(1, T_test),
+                    "n": ns[i:i + batch_size].to(device), "Tn": tb}
+            if pooled:
+                part["pooled"] = pool(hidden[1:], mask)
+            parts.append(part)
+    # per-step tensors (K, B, ...) join along the batch dim 1, per-sample ones (B,) along dim 0
+    out = {k: torch.cat([p[k] for p in parts], 0 if k in ("policy", "n", "Tn") else 1).cpu()
+           for k in parts[0] if k != "signals"}
+    out["signals"] = {k: torch.cat([p["signals"][k] for p in parts], 1).cpu() for k in parts[0]["signals"]}
+    return out
+
+
+def readout_report(model, schedule, splits: dict, T_test: int, n_max: int, pad_id: int, gates=(), device: str = "cpu",
+           seed: int = 0, tol: float = 0.0, meta: dict = None):
+    """Every readout of a frozen model on the splits (gates: kinds to fit on splits["fit"], seeded by seed).
+    Returns (the readouts.json dict, the fitted gates)."""
+    was_training = model.training
+    model.eval()
+    data = {s: collect(model, schedule, splits[s], T_test, pad_id, device, pooled=bool(gates))
+            for s in ["test", "val"] + (["fit"] if gates else [])}
+    model.train(was_training)
+    fitted = {f"gate_{k}": fit_gate(k, data["fit"]["pooled"], data["fit"]["ce"], seed=seed) for k in gates}
+    rep = {**(meta or {}), "n_max": n_max, "T_test": T_test, "lengths": sorted(splits["test"]),
+           "samples": len(next(iter(splits["test"].values()))[0]),
+           "readouts": all_readouts(data["val"], data["test"], fitted, tol=tol)}
+    return rep, fitted
+
+
+def format_readouts(rep: dict) -> str:
+    """One line per readout: operating point (chosen on val) and D@X, all on test; accuracies in %."""
+    ood = [i for i, n in enumerate(rep["lengths"]) if n > rep["n_max"]]
+    f = lambda v, spec=".1f": "-" if v is None else format(v, spec)
+    lines = ["readouts " + " ".join(f"{k}={rep[k]}" for k in ("task", "schedule", "seed") if k in rep)
+             + "  (val-chosen, test-reported)",
+             "| readout | threshold | test acc | depth | OOD acc | OOD depth | D@90 | D@95 | D@99 |", "|---" * 9 + "|"]
+    for name, r in rep["readouts"].items():
+        c, g = r["chosen"], r["chosen"]["by_group"]
+        ood_acc = 100 * sum(g["test_acc"][i] for i in ood) / len(ood) if ood else None
+        ood_d = sum(g["test_depth"][i] for i in ood) / len(ood) if ood else None
+        thr = c.get("threshold")
+        dx = [f"{d['test_depth']:.1f} ({100 * d['test_acc']:.0f}%)" if d else "-" for d in r.get("d_at", {}).values()]
+        lines.append(f"| {name} | {f(None if thr is None else r['sign'] * thr, '.3g')} | {100 * c['test_acc']:.1f} "
+                     f"| {c['test_depth']:.2f} | {f(ood_acc)} | {f(ood_d, '.2f')} | " + " | ".join(dx or ["-"] * 3) + " |")
+    return "\n".join(lines)
+
+
+def time_exits(model, rep: dict, fitted: dict, test_sets: dict, T_test: int, pad_id: int, device: str = "cpu",
+               batch_size: int = 256) -> list:
+    """Wall time on the test split: fixed depth T_test and the val-chosen fixed depth against every online
+    readout at its val-chosen threshold (time_inference)."""
+    batches = []
+    for x, y, _, _ in test_sets.values():
+        for i in range(0, len(x), batch_size):
+            xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
+            batches.append((xb, yb, yb != IGNORE, xb != pad_id))
+    R = rep["readouts"]
+    rules = [("fixed", T_test, None), ("fixed", int(R["fixed"]["chosen"]["threshold"]), None)]
+    gates = {k: g.to(device) for k, g in fitted.items()}
+    rules += [(k, R[k]["chosen"]["threshold"], gates.get(k)) for k in list(SIGNALS) + ["stable", *gates]]
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else None
+    return time_inference(model, batches, rules, T_test, sync=sync)

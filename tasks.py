@@ -90,6 +90,17 @@ class Task:
     def decode(self, ids) -> str:
         return " ".join(self.vocab[i] for i in ids)
 
+    def shortcuts(self, x: list[int]) -> dict[str, list[int]]:
+        """Trivial rule-based predictors a referee would try, applied to one prompt x (no padding):
+        {name: the predicted tokens at the scored positions, in order}. The evaluation adds the generic
+        ones (the most frequent answer, the best constant per position) itself."""
+        return {}
+
+    def hard(self, x: list[int]) -> bool | None:
+        """Whether sample x belongs to the task's hard subset (the samples that test the rule rather than a
+        shortcut); None for tasks without one."""
+        return None
+
 
 class Dyck(Task):
     """Dyck-1 prefix recognition. n = string length; T(n) = n.
@@ -119,6 +130,22 @@ class Dyck(Task):
             ok = ok and h >= 0
             y.append(int(ok and h == 0))
         return self.tok("(" if st == 1 else ")" for st in s), self.tok(y)
+
+    def heights(self, x):
+        """Running #open - #close after each bracket."""
+        h, out = 0, []
+        for t in x:
+            h += 1 if t == self.stoi["("] else -1
+            out.append(h)
+        return out
+
+    def shortcuts(self, x):
+        # counting: 1 where #open = #close so far, ignoring whether the prefix went negative (~85% OOD)
+        return {"counting": self.tok(int(h == 0) for h in self.heights(x)), "all zeros": self.tok([0] * len(x))}
+
+    def hard(self, x):
+        # only a prefix that goes below zero tells the rule from counting (~17% of samples)
+        return min(self.heights(x)) < 0
 
 
 class ParityPrefix(Task):
@@ -278,9 +305,29 @@ class Multiplication(Task):
 
     def build(self, a: list[int], b: list[int]):
         k = len(a) + len(b)
-        out = [int(c) for c in reversed(format(bits_to_int(a) * bits_to_int(b), f"0{k}b"))]  # LSB first
         x = self.tok(a + ["*"] + b + ["="] + ["_"] * k)
-        return x, [IGNORE] * (k + 2) + self.tok(out)
+        return x, [IGNORE] * (k + 2) + self.tok(self.product(bits_to_int(a) * bits_to_int(b), k))
+
+    @staticmethod
+    def product(v: int, k: int) -> list[int]:
+        return [int(c) for c in reversed(format(v, f"0{k}b"))]  # k bits, LSB first
+
+    def operands(self, x):
+        """(a, b, n + m) from a prompt: the operands as integers and the number of answer bits."""
+        star, eq = x.index(self.stoi["*"]), x.index(self.stoi["="])
+        bits = lambda ts: bits_to_int([int(self.vocab[t]) for t in ts])
+        return bits(x[:star]), bits(x[star + 1:eq]), eq - 1
+
+    def shortcuts(self, x):
+        # b in {0, 1, 2} gives a zero / copy / shift answer: together ~75% of test samples at m = 2
+        a, b, k = self.operands(x)
+        rules = {"zero": 0, "copy a": a, "shift a": 2 * a}
+        out = {name: self.tok(self.product(v, k)) for name, v in rules.items()}
+        out["b<=2 rule"] = self.tok(self.product(a * b if b <= 2 else 0, k))
+        return out
+
+    def hard(self, x):
+        return self.operands(x)[1] >= 3  # the samples that need a real product
 
 
 class Mano(Task):

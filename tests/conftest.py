@@ -10,4 +10,4 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-torch.set_num_threads(1)
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # run the suite with OMP_NUM_THREADS=1 and =2

@@ -1,19 +1,24 @@
-"""bench.py: the compared paths compute the same thing, and the counters count the right amounts.
-No timing is asserted (timings depend on the machine and its load)."""
+"""bench.py: the compared paths compute the same thing, the counters count the right amounts, and a bad
+flag fails before any work. No timing is asserted (timings depend on the machine and its load)."""
 
-import dataclasses
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import bench
-import evaluate
+import cli
+import train
 from model import LoopedTransformer, ModelConfig
 from tasks import eval_set
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--quick", "--d_model", "16", "--n_head", "2", "--n_layer", "2", "--batch_size", "6", "--n_max", "6",
-        "--T_max", "6", "--T_test", "8", "--test_lengths", "2,6,9", "--flops_d_models", "16"]
+        "--T_max", "6", "--T_test", "8", "--test_lengths", "2,6,9", "--flops_d_models", "16", "--no-compile"]
 
 
 @pytest.fixture(autouse=True)
@@ -25,11 +30,17 @@ def one_thread():
 
 
 def tiny():
-    args = bench.parse_args(TINY)
-    cfg = bench.run_config(args, args.d_model)
-    torch.manual_seed(0)
-    task, model, _ = evaluate.build(dataclasses.asdict(cfg))
-    return args, cfg, task, model
+    cfg = bench.parse_args(TINY)
+    task, model, _ = train.build(bench.train_config(cfg, cfg.d_model))
+    return cfg, task, model
+
+
+def test_quick_flags_are_defaults_and_explicit_flags_win():
+    cfg = bench.parse_args(["--quick", "--iters", "5"])
+    assert (cfg.iters, cfg.d_model, cfg.matmul_n) == (5, bench.QUICK["d_model"], bench.QUICK["matmul_n"])
+    assert bench.parse_args([]).d_model == train.Config().d_model  # without --quick: train.py's defaults
+    tcfg = bench.train_config(cfg, 48)
+    assert (tcfg.schedule, tcfg.d_model, tcfg.T_max, tcfg.amp, tcfg.compile) == ("window", 48, 8, False, False)
 
 
 def test_step_flops_hand_computed():
@@ -50,34 +61,48 @@ def test_step_flops_matches_torch_flop_counter():
 
 
 def test_active_set_and_unroll_give_the_same_losses():
-    args, cfg, task, model = tiny()
-    batches = bench.make_batches(task, cfg, 3, "cpu")
-    paths = [bench.make_path("active", cfg, model, "cpu"), bench.make_path("unroll", cfg, model, "cpu", active_set=False)]
-    bench.run_paths(paths, batches, 1, "cpu", len(task.vocab))
-    act, unroll = paths
-    assert len(act.losses) == len(unroll.losses) == 2
-    assert bench.max_loss_diff(unroll, act) < 1e-5
+    cfg, task, model = tiny()
+    batches = bench.make_batches(task, bench.train_config(cfg, cfg.d_model), 3, "cpu")
+    act, unroll = bench.run_variants([bench.make_variant(n, cfg, cfg.d_model, "cpu") for n in ("active", "unroll")],
+                                     batches, 1, "cpu")
+    assert unroll.schedule.active_set is False and act.schedule.active_set is True
+    assert len(act.losses) == len(unroll.losses) == 2 and len(act.depths) == 3
+    row = bench.compare_row("(a)", "", act, unroll, tol=1e-5)  # raises if step 1 disagrees
+    assert max(abs(a - b) for a, b in zip(act.losses, unroll.losses)) < 1e-5, row
     # both drew the same depths, and the weights moved the same way
+    assert all(torch.equal(a, b) for a, b in zip(act.depths, unroll.depths))
     assert act.flops == unroll.flops and act.work == unroll.work
     for p, q in zip(act.model.parameters(), unroll.model.parameters()):
         assert torch.allclose(p, q, atol=1e-5)
     assert any(not torch.equal(p, q) for p, q in zip(act.model.parameters(), model.parameters()))  # it trained
 
 
-def test_peek_depth_does_not_advance_the_generator():
-    args, cfg, task, model = tiny()
-    p = bench.make_path("active", cfg, model, "cpu")
+def test_compare_row_catches_disagreeing_losses():
+    cfg, task, model = tiny()
+    a, b = (bench.make_variant("active", cfg, cfg.d_model, "cpu") for _ in range(2))
+    a.times, b.times, a.losses, b.losses = [1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [1.5, 1.0]
+    assert bench.compare_row("(x)", "", a, b)[2:5] == ["1000.0 ms", "2000.0 ms", "2.00x"]
+    with pytest.raises(AssertionError):
+        bench.compare_row("(x)", "", a, b, tol=1e-5)
+
+
+def test_variants_start_from_the_same_weights_and_depths():
+    cfg, task, model = tiny()
+    a, b = bench.make_variant("active", cfg, cfg.d_model, "cpu"), bench.make_variant("bf16", cfg, cfg.d_model, "cpu")
+    assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+    assert isinstance(b.autocast, torch.autocast) and not isinstance(a.autocast, torch.autocast)
     Tn = torch.arange(1, 7)
-    first = bench.peek_depth(p, Tn)
-    assert torch.equal(first, bench.peek_depth(p, Tn))
-    assert torch.equal(first, p.schedule.train_depth(Tn, p.gen))  # what the step itself will draw
+    first = bench.peek_depth(a, Tn)
+    assert torch.equal(first, bench.peek_depth(a, Tn))  # peeking does not advance the generator
+    assert torch.equal(first, bench.peek_depth(b, Tn))
+    assert torch.equal(first, a.schedule.train_depth(Tn, a.gen))  # what the step itself will draw
 
 
 def test_acc_matrix_one_pass_equals_one_pass_per_K():
-    args, cfg, task, model = tiny()
+    cfg, task, model = tiny()
     model.eval()
     sets = eval_set(task, [2, 6, 9], 5, seed=7)
-    sched = bench.make_path("active", cfg, model, "cpu").schedule
+    sched = bench.make_variant("active", cfg, cfg.d_model, "cpu").schedule
     one, per_k = bench.acc_one_pass(model, sched, sets, 8), bench.acc_per_K(model, sched, sets, 8)
     assert [e.shape for e, _ in one] == [(8, 5)] * 3
     assert [p.shape for _, p in per_k] == [(8, 5, 2), (8, 5, 6), (8, 5, 9)]  # (K, B, T) per length
@@ -96,6 +121,16 @@ def test_peak_bytes_sees_a_temporary_allocation():
     assert 8 * 2 ** 20 <= peak < 9 * 2 ** 20
 
 
+def test_memory_row_counts_weights_and_both_adam_moments():
+    cfg, task, model = tiny()
+    v = bench.make_variant("active", cfg, 128, "cpu")  # wide enough for MiB to tell 2 copies from 3
+    x, y, _, Tn = eval_set(task, [4], 3, seed=0)[4]
+    row = bench.memory_row("(d)", v, (x, y, Tn), "cpu")
+    n = sum(p.numel() for p in v.model.parameters())
+    assert row[3] == f"{3 * 4 * n / 2 ** 20:.1f} MiB state" != f"{2 * 4 * n / 2 ** 20:.1f} MiB state"
+    assert float(row[2].split()[0]) > 0  # the step allocated activations and gradients
+
+
 def test_padding_waste_hand_computed():
     # lengths (3, 1) padded to T = 3, depths (2, 1): real work 3*2 + 1*1 = 7 token-steps
     x = torch.tensor([[1, 2, 1], [2, 0, 0]])
@@ -105,14 +140,50 @@ def test_padding_waste_hand_computed():
     assert w["bucket2"] == pytest.approx(0.0)       # each row alone, padded to itself
 
 
-def test_bad_flags_raise_value_error():
-    for argv in (["--iters", "0"], ["--flops_d_models", "a,b"], ["--d_model", "30", "--n_head", "4"]):
-        with pytest.raises(ValueError):
-            bench.parse_args(argv)
+BAD = [  # (flags, what the one error line must name)
+    (["--json", "{tmp}/missing/b.json"], "--json"),
+    (["--d_model", "30", "--n_head", "4"], "--d_model 30 --n_head 4"),
+    (["--w", "-1"], "--w -1"),
+    (["--test_lengths", ",,"], "--test_lengths ',,'"),
+    (["--iters", "0"], "--iters 0"),
+    (["--matmul_n", "0"], "--matmul_n 0"),
+    (["--matmul_n", "-5"], "--matmul_n -5"),
+    (["--flops_d_models", "a,b"], "--flops_d_models 'a,b'"),
+    (["--flops_d_models", "64,x"], "--flops_d_models '64,x'"),
+    (["--flops_d_models", "30"], "--flops_d_models '30'"),  # not a multiple of n_head
+]
 
 
-def test_quick_run_prints_every_row(capsys):
-    rows = bench.main(TINY + ["--iters", "1", "--warmup", "0", "--no-compile", "--threads", "1"])
+@pytest.mark.parametrize("flags, named", BAD, ids=[" ".join(f) for f, _ in BAD])
+def test_bad_flags_fail_with_one_line_before_any_work(flags, named, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench, "bench", lambda cfg: pytest.fail("the work started before the flags were checked"))
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    json_flag = [] if "--json" in flags else ["--json", str(tmp_path / "b.json")]  # a valid path: must stay unwritten
+    assert cli.run(bench.main, "bench.py", ["--quick", "--no-compile"] + json_flag + flags) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("bench.py: error: ") and named in err, err
+    assert "Traceback" not in err and out == ""
+    assert os.listdir(tmp_path) == []  # nothing written
+
+
+def test_bad_flag_as_a_command(tmp_path):
+    # the real entry point: exit 2, one line, no traceback, nothing written
+    path = tmp_path / "missing" / "b.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--quick", "--json", str(path)],
+                       capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and str(path) in r.stderr, r.stderr
+    assert r.stdout == "" and os.listdir(tmp_path) == []
+
+
+def test_quick_run_prints_every_row_and_writes_the_json(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    rows = bench.main(TINY + ["--iters", "2", "--warmup", "0", "--threads", "1", "--json", str(path)])
     assert [r[0] for r in rows] == ["(a)", "(b)", "(c)", "(d)", "(e)", "(d)", "(f)", "pad"]
     assert "predictions equal: yes" in rows[1][-1]
+    assert [r[1].rsplit(", ", 1)[-1] for r in rows if r[0] == "(d)"] == ["active", "unroll"]
+    assert "bf16" in rows[6][1] and rows[6][2].endswith(" ms")
     assert "| (a) |" in capsys.readouterr().out
+    saved = json.loads(path.read_text())
+    assert saved["rows"] == rows and saved["columns"] == bench.COLUMNS
+    assert os.listdir(tmp_path) == ["bench.json"]  # written atomically: no temp file left

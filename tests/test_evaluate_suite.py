@@ -1,6 +1,8 @@
-"""The evaluation suite: multi-run tables on synthetic eval.json files with known answers, the published
-rows, the command line's errors, loading a run, readouts of a frozen model, plots."""
+"""The evaluation suite: metrics with known answers (val-K, shortcuts, hard subset), multi-run tables on
+synthetic eval.json files (grouping, labels, Std, Front@90, significance lines), the published rows, the
+command line's errors, loading a run, readouts of a frozen model, plots."""
 
+import copy
 import dataclasses
 import json
 import os
@@ -11,24 +13,29 @@ import pytest
 import torch
 
 import evaluate
+import tables
 import train
+from tasks import eval_set, get_task
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTHS, N_MAX = [10, 20, 30, 40], 19
+CONFIG = dataclasses.asdict(train.Config())
 
 
-def synthetic_eval(seed: int, ood_oracle: list, schedule="window", w=5) -> dict:
-    """An eval.json whose oracle curve is known: acc[n] = [a, a/2] (K = 2), so Oracle(n) = a; policy = K=2."""
+def synthetic_eval(seed: int, ood_oracle: list, schedule="window", val_shift=0, **config) -> dict:
+    """An eval.json whose oracle curve is known: acc[n] = [a, a/2] (K = 2), so Oracle(n) = a; policy = K=2.
+    val_shift=1 makes the validation draw prefer K = 2 (val-K then reports a/2)."""
     acc = [[a, a / 2] for a in [1.0] + ood_oracle]
-    rows = [{"tn_acc": a[1], "per_sample_oracle": a[0], "policy_acc": a[1], "policy_depth": 2.0, "flip": [0.1]}
-            for a in acc]
+    rows = [{"acc": a, "val_acc": [0.5, 0.5 + val_shift], "tn_acc": a[1], "per_sample_oracle": a[0],
+             "policy_acc": a[1], "policy_depth": 2.0, "flip": [0.1]} for a in acc]
+    cfg = {**CONFIG, "schedule": schedule, "seed": seed, **config}
     return {"task": "dyck", "schedule": schedule, "seed": seed, "n_max": N_MAX, "lengths": LENGTHS, "K": [1, 2],
-            "acc": acc, "metrics": evaluate.metrics(LENGTHS, acc, rows, N_MAX), "config": {"w": w, "K": 20}}
+            "acc": acc, "metrics": evaluate.metrics(LENGTHS, rows, {}, N_MAX), "config": cfg}
 
 
 def write_runs(root, evals):
     for i, e in enumerate(evals):
-        d = os.path.join(root, f"{e['schedule']}-{e['config']['w']}", f"seed{i}")
+        d = os.path.join(root, f"{e['schedule']}-{e['config']['w']}-{i}", f"seed{e['seed']}")
         os.makedirs(d)
         with open(os.path.join(d, "eval.json"), "w") as f:
             json.dump(e, f)
@@ -43,31 +50,126 @@ def known_runs():
     return window + [synthetic_eval(3, [0.8, 1.0, 1.0], w=3)]
 
 
-def test_table_std_and_front90_on_known_runs(tmp_path):
-    write_runs(tmp_path, known_runs())
-    evaluate.main([str(tmp_path)])
-    rows = {r["setting"]: r for r in json.loads((tmp_path / "table.json").read_text())["rows"]}
+# --- metrics of one run ------------------------------------------------------------------------------
+
+def test_val_k_chooses_on_validation_and_reports_test():
+    m = synthetic_eval(0, [1.0, 0.8, 0.6])["metrics"]
+    assert m["oracle_ood"] == pytest.approx(80.0) and m["val_k"] == [1, 1, 1, 1]  # ties -> the smallest K
+    m = synthetic_eval(0, [1.0, 0.8, 0.6], val_shift=1)["metrics"]
+    # validation prefers K = 2, where the test accuracy is half the oracle: val-K OOD = 40, below Oracle OOD
+    assert m["val_k"] == [2, 2, 2, 2] and m["val_k_ood"] == pytest.approx(40.0) and m["id_k"] == 2
+    assert m["id_k_ood"] == pytest.approx(40.0)
+
+
+def test_shortcuts_on_known_sets():
+    task = get_task("multiplication")
+    sets = eval_set(task, [3, 4], 64, seed=5)
+    s = evaluate.shortcut_scores(task, sets)
+    for i, n in enumerate([3, 4]):  # the b <= 2 rule is right exactly where b <= 2 (or a = 0: the answer 0)
+        ops = [task.operands(x.tolist()) for x in sets[n][0]]
+        assert s["b<=2 rule"][i] == pytest.approx(sum(b <= 2 or a == 0 for a, b, _ in ops) / 64)
+        assert s["b<=2 rule"][i] >= max(s["zero"][i], s["copy a"][i], s["shift a"][i])
+    dyck = get_task("dyck")
+    sets = eval_set(dyck, [20], 128, seed=5)
+    s = evaluate.shortcut_scores(dyck, sets)
+    hard = [dyck.hard([t for t in x.tolist() if t]) for x in sets[20][0]]
+    # counting fails on a hard sample exactly when some prefix balances after going negative; never on others
+    assert 0.6 < s["counting"][0] < 1 and s["counting"][0] >= 1 - sum(hard) / 128
+    assert 0.05 < sum(hard) / 128 < 0.4
+
+
+def test_hard_subset_accuracy_is_over_hard_samples_only():
+    task = get_task("dyck")
+    sets = eval_set(task, [20], 64, seed=7)
+    hard = torch.tensor([task.hard([t for t in x.tolist() if t]) for x in sets[20][0]])
+
+    class Counting(torch.nn.Module):  # predicts with the counting shortcut at every depth
+        def forward(self, x, K, keep_hidden=False):
+            preds = torch.stack([torch.tensor([1 if t == task.stoi["("] else -1 for t in row]).cumsum(0).eq(0).long() + 3
+                                 for row in x.tolist()])
+            logits = torch.nn.functional.one_hot(preds, len(task.vocab)).float().expand(K, -1, -1, -1)
+            return logits, torch.zeros(K + 1, *x.shape, 2)
+
+    sched = train.build(train.Config(schedule="matched"))[2]
+    e = evaluate.evaluate(Counting(), sched, task, sets, sets, 3, n_max=10)
+    counting = e["shortcuts"]["counting"][0]
+    assert e["acc"][0][0] == pytest.approx(counting)  # the model is the shortcut
+    assert e["metrics"]["oracle_ood"] == pytest.approx(100 * counting)
+    assert e["metrics"]["oracle_hard_ood"] < e["metrics"]["oracle_ood"]  # counting fails on hard samples
+    assert e["metrics"]["hard_frac"][0] == pytest.approx(hard.float().mean().item())
+
+
+# --- tables over seeds ------------------------------------------------------------------------------
+
+def test_table_std_and_front90_on_known_runs():
+    md, rows = tables.table(tables.group_runs(known_runs()))
+    rows = {r["setting"]: r for r in rows}
     assert set(rows) == {"window w=5", "window w=3"}
     r = rows["window w=5"]
     assert r["seeds"] == 3 and r["std"] == pytest.approx(10.0) and r["front90"] == 30
     assert r["oracle_ood"] == pytest.approx(80.0)
     assert r["gap"] == pytest.approx(40.0)  # policy (K = 2) is half the oracle: 80 - 40
+    assert r["std_lo"] <= r["std"] <= r["std_hi"]
     assert rows["window w=3"]["front90"] is None and rows["window w=3"]["std"] is None
-    md = (tmp_path / "table.md").read_text()
-    assert "| dyck | window w=5 | 3 | 80.0 | 30 | 10.0 | 40.0 |" in md
+    assert "| dyck | window w=5 | 3 | 50.0 | 80.0 | 80.0 | 30 | 10.0 [" in md
+    assert " vs " not in md  # no test against a row of one seed
 
 
-def test_paper_rows_beside_ours(tmp_path):
+def test_rows_are_keyed_on_every_setting_and_labelled_by_what_differs():
+    runs = [synthetic_eval(s, [1.0, 0.9, 0.8], schedule="rl") for s in (0, 1)]
+    runs += [synthetic_eval(s, [1.0, 0.9, 0.5], schedule="rl", lambda_ent=0.0) for s in (0, 1)]
+    runs += [synthetic_eval(0, [1.0, 0.9, 0.8], schedule="rl", T_max=5)]
+    runs += [synthetic_eval(0, [1.0, 0.9, 0.8], schedule="rl", d_model=256)]
+    runs += [synthetic_eval(s, [1.0, 0.9, 0.8], threads=1 + s, out_dir=f"x{s}") for s in (0, 1)]  # bookkeeping only
+    runs += [synthetic_eval(0, [1.0, 0.9, 0.8], lambda_ent=0.5)]  # not a window knob: same row as the two above
+    groups = tables.group_runs(runs)
+    assert sorted(len(g) for g in groups.values()) == [1, 1, 2, 2, 3]
+    labels = {label for _, label in groups}
+    assert "rl T_max=5 d_model=64 lambda_ent=0.001" in labels and "rl T_max=20 d_model=64 lambda_ent=0" in labels
+    assert "rl T_max=20 d_model=256 lambda_ent=0.001" in labels
+    assert "window w=5 T_max=20 d_model=64" in labels
+
+
+def test_a_row_with_runs_on_different_grids_is_refused():
+    a, b = synthetic_eval(0, [1.0, 0.9, 0.8]), synthetic_eval(1, [1.0, 0.9, 0.8])
+    b["lengths"] = [10, 20, 30, 45]
+    a["run_dir"], b["run_dir"] = "A", "B"
+    with pytest.raises(ValueError, match="different grids"):
+        tables.group_runs([a, b])
+
+
+def test_significance_lines_between_rows(capsys):
+    window = [synthetic_eval(s, [1.0, 1.0, v]) for s, v in enumerate([0.7, 0.72, 0.74, 0.76])]
+    fixed = [synthetic_eval(s, [1.0, 1.0, v], schedule="fixed") for s, v in enumerate([0.99, 0.98, 0.1, 0.97])]
+    md, rows = tables.table(tables.group_runs(window + fixed))
+    line = [l for l in md.splitlines() if " vs " in l]
+    assert len(line) == 1 and "Welch p = " in line[0] and "Brown-Forsythe p = " in line[0]
+    assert "val-K OOD" in line[0]
+
+
+def test_cli_tables_go_to_stdout_and_to_files_only_when_asked(tmp_path, capsys):
     write_runs(tmp_path, known_runs())
-    evaluate.main([str(tmp_path), "--paper"])
-    lines = (tmp_path / "table.md").read_text().splitlines()
-    ours = next(i for i, l in enumerate(lines) if "| window w=5 |" in l)
-    assert lines[ours + 1].startswith("| dyck | window w=5 (paper) | 18 | 88.2 | 35 | 18.7 | 2.8 |")
-    assert any("| dyck | rl (paper) | 18 | 97.5 | 60 | 3.6 | 4.3 |" in l for l in lines)
-    assert not any(l.startswith("| addition") for l in lines)  # only the tasks we ran
-    paper = json.loads((tmp_path / "table.json").read_text())["paper"]
-    assert len(paper) == len(evaluate.PAPER) == 19
+    before = sorted(os.listdir(tmp_path))
+    evaluate.main([str(tmp_path), str(tmp_path), os.path.join(str(tmp_path), "window-5-0")])  # duplicates count once
+    out = capsys.readouterr().out
+    assert "| dyck | window w=5 | 3 |" in out and sorted(os.listdir(tmp_path)) == before
+    evaluate.main([str(tmp_path), "--out", str(tmp_path / "table")])
+    rows = json.loads((tmp_path / "table.json").read_text())["rows"]
+    assert {r["setting"] for r in rows} == {"window w=5", "window w=3"}
+    assert (tmp_path / "table.md").read_text().startswith("| task | setting |")
 
+
+def test_paper_rows_beside_ours():
+    md, _ = tables.table(tables.group_runs(known_runs()), paper=True)
+    lines = md.splitlines()
+    ours = next(i for i, l in enumerate(lines) if "| window w=5 |" in l)
+    assert lines[ours + 1].startswith("| dyck | window w=5 (paper) | 18 | - | 88.2 | - | 35 | 18.7 | 2.8 |")
+    assert any("| dyck | rl (paper) | 18 | - | 97.5 | - | 60 | 3.6 | 4.3 |" in l for l in lines)
+    assert not any(l.startswith("| addition") for l in lines)  # only the tasks we ran
+    assert len(tables.paper_rows()) == 23
+
+
+# --- the command line ---------------------------------------------------------------------------------
 
 def test_no_runs_is_a_one_line_error_with_exit_code_2(tmp_path):
     p = subprocess.run([sys.executable, "evaluate.py", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
@@ -88,45 +190,39 @@ def test_bad_or_missing_checkpoint_is_a_one_line_value_error(tmp_path):
         evaluate.load_run(str(tmp_path))
 
 
-def tiny_cfg(**kw) -> dict:
-    c = train.Config(d_model=16, n_head=2, n_layer=1, T_max=4, T_test=6, test_lengths="3,5,8", n_max=5,
-                     eval_samples=6, **kw)
-    return dataclasses.asdict(c)
-
-
 def tiny_run(tmp_path, **kw):
     """A run directory (ckpt.pt, config.json, eval.json) of an untrained tiny model."""
-    cfg = tiny_cfg(**kw)
-    torch.manual_seed(0)
-    task, model, schedule = evaluate.build(cfg)
-    torch.save({"model": model.state_dict(), "schedule": schedule.state_dict(), "config": cfg}, tmp_path / "ckpt.pt")
-    sets = evaluate.eval_set(task, [3, 5, 8], 6, cfg["eval_seed"])
-    e = {"task": cfg["task"], "schedule": cfg["schedule"], "seed": 0, "n_max": 5, "config": cfg,
-         **evaluate.evaluate(model, schedule, task, sets, cfg["T_test"], n_max=5)}
+    cfg = train.Config(d_model=16, n_head=2, n_layer=1, T_max=4, T_test=6, test_lengths="3,5,8", n_max=5,
+                       eval_samples=6, **kw)
+    task, model, schedule = train.build(cfg)
+    torch.save({"model": model.state_dict(), "schedule": schedule.state_dict(), "config": dataclasses.asdict(cfg)},
+               tmp_path / "ckpt.pt")
+    sets = [eval_set(task, [3, 5, 8], 6, cfg.eval_seed + i) for i in (0, 1)]
+    e = {"task": cfg.task, "schedule": cfg.schedule, "seed": 0, "n_max": 5, "config": dataclasses.asdict(cfg),
+         **evaluate.evaluate(model, schedule, task, *sets, cfg.T_test, n_max=5)}
     (tmp_path / "eval.json").write_text(json.dumps(e))
     return cfg, model
 
 
-def test_gate_fitting_leaves_the_model_unchanged(tmp_path):
+def test_gate_fitting_leaves_the_model_unchanged(tmp_path, capsys):
     cfg, _ = tiny_run(tmp_path)
     _, task, model, schedule = evaluate.load_run(str(tmp_path))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    rep, data, fitted = evaluate.readout_report(model, schedule, task, cfg, gates=("linear", "mlp"))
-    assert set(fitted) == {"gate_linear", "gate_mlp"}
+    evaluate.main([str(tmp_path), "--fit_gate", "linear,mlp"])
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert all(p.grad is None for p in model.parameters())
+    rep = json.loads((tmp_path / "readouts.json").read_text())
+    assert {"gate_linear", "gate_mlp"} <= set(rep["readouts"])
     # the three splits are different draws, and the test split is eval.json's
     assert rep["split_seeds"] == {"test": 1234, "val": 1235, "fit": 1236}
-    assert not torch.equal(data["val"]["signals"]["top1"], data["test"]["signals"]["top1"])
     e = evaluate.load_eval(str(tmp_path))
     fixed_test_acc = rep["readouts"]["fixed"]["curve"]["test_acc"]  # exit everyone at K = 1..T_test
-    pooled = [sum(e["acc"][i][k] for i in range(3)) / 3 for k in range(cfg["T_test"])]
+    pooled = [sum(e["acc"][i][k] for i in range(3)) / 3 for k in range(cfg.T_test)]
     assert fixed_test_acc == pytest.approx(pooled)
 
 
 def test_cli_readouts_gates_and_timing(tmp_path, capsys):
     tiny_run(tmp_path)
-    evaluate.main([str(tmp_path), "--fit-gate", "linear", "--time", "--samples", "4"])
+    evaluate.main([str(tmp_path), "--fit_gate", "linear", "--time", "--samples", "4"])
     rep = json.loads((tmp_path / "readouts.json").read_text())
     names = {"fixed", "top1", "margin", "entropy", "kl", "logit_change", "hidden_change", "stable", "gate_linear",
              "max_conf_batch", "max_conf_sample", "policy", "tn", "oracle_first_correct"}
@@ -143,15 +239,16 @@ def test_cli_readouts_gates_and_timing(tmp_path, capsys):
 def test_plot_without_matplotlib_is_a_message(tmp_path, monkeypatch, capsys):
     write_runs(tmp_path, known_runs())
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
-    evaluate.main([str(tmp_path), "--plot"])
+    evaluate.main([str(tmp_path), "--plot", str(tmp_path)])
     assert "pip install matplotlib" in capsys.readouterr().err
-    assert (tmp_path / "table.md").exists()
 
 
 def test_plots(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     tiny_run(tmp_path)
-    evaluate.main([str(tmp_path), "--readouts", "--samples", "4", "--plot"])
+    evaluate.main([str(tmp_path), "--readouts", "--samples", "4", "--plot", str(tmp_path)])
     out = capsys.readouterr().out
     for name in ("heatmap.png", "readouts.png", "length_dyck.png", "flip_dyck.png"):
-        assert (tmp_path / name).stat().st_size > 1000 and name in out
+        assert name in out
+    for path in [l.split("plot: ")[1] for l in out.splitlines() if l.startswith("plot: ")]:
+        assert os.path.getsize(path) > 1000

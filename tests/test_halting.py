@@ -117,7 +117,7 @@ def test_reinforce_estimate_matches_exact_gradient():
 
 @pytest.mark.parametrize("name", ["window", "fixed_window"])
 def test_window_depths_within_clipped_window_and_cover_it(name):
-    s = make_schedule(name, K=20, w=5, T_max=20)
+    s = make_schedule(name, c=20, w=5, T_max=20) if name == "fixed_window" else make_schedule(name, w=5, T_max=20)
     Tn = torch.tensor([1, 3, 10, 19, 25]).repeat(400)
     K = s.train_depth(Tn, torch.Generator().manual_seed(5))
     centre = Tn if name == "window" else torch.full_like(Tn, 20)
@@ -128,8 +128,8 @@ def test_window_depths_within_clipped_window_and_cover_it(name):
 
 def test_hand_made_policies_clip_to_T_test():
     Tn = torch.tensor([1, 19, 40])
-    assert make_schedule("fixed", K=20).policy(Tn, 30).tolist() == [20] * 3
-    assert make_schedule("fixed_window", K=20).policy(Tn, 15).tolist() == [15] * 3
+    assert make_schedule("fixed", c=20).policy(Tn, 30).tolist() == [20] * 3
+    assert make_schedule("fixed_window", c=20).policy(Tn, 15).tolist() == [15] * 3
     for name in ("matched", "window", "multidepth"):
         assert make_schedule(name).policy(Tn, 30).tolist() == [1, 19, 30]
 
@@ -140,7 +140,8 @@ def test_active_set_equals_unroll_to_max_and_gather(name):
     out = []
     for active in (True, False):
         model = tiny_model()
-        s = make_schedule(name, K=12, w=5, T_max=12, active_set=active, d_model=16).double()
+        knobs = dict(c=12, w=5, T_max=12, active_set=active, d_model=16, pad_id=PAD)
+        s = make_schedule(name, **{k: v for k, v in knobs.items() if k in halting.settings(name)}).double()
         loss, stats = s.loss(model, x, y, Tn, torch.Generator().manual_seed(7))
         loss.backward()
         out.append((loss, grads(list(model.parameters()) + list(s.parameters())), stats))
@@ -154,7 +155,7 @@ def test_active_set_equals_unroll_to_max_and_gather(name):
 
 def test_rl_block_evals_count_the_no_grad_steps():
     x, y, _, Tn = batch(10, seed=8)
-    s = make_schedule("rl", T_max=12, d_model=16).double()
+    s = make_schedule("rl", T_max=12, d_model=16, pad_id=PAD).double()
     model = tiny_model()
     ce, halt, stats = s.terms(model, x, y, Tn, torch.Generator().manual_seed(9))
     g = torch.Generator().manual_seed(9)
@@ -174,7 +175,7 @@ def test_rl_block_evals_count_the_no_grad_steps():
 def test_rl_gradients_are_separated(active):
     x, y, _, Tn = batch(8, seed=10)
     model = tiny_model()
-    s = make_schedule("rl", T_max=10, active_set=active, d_model=16).double()
+    s = make_schedule("rl", T_max=10, active_set=active, d_model=16, pad_id=PAD).double()
     s.baseline.fill_(-0.3)
     ce, halt, _ = s.terms(model, x, y, Tn, torch.Generator().manual_seed(11))
     g_halt = torch.autograd.grad(halt, list(model.parameters()), retain_graph=True, allow_unused=True)
@@ -190,7 +191,7 @@ def test_rl_gradients_are_separated(active):
 def test_rl_baseline_update_and_loss_value():
     x, y, _, Tn = batch(8, seed=12)
     model = tiny_model()
-    s = make_schedule("rl", T_max=10, d_model=16, lambda_ent=0.05).double()
+    s = make_schedule("rl", T_max=10, d_model=16, pad_id=PAD, lambda_ent=0.05).double()
     s.baseline.fill_(0.5)
     ce, halt, stats = s.terms(model, x, y, Tn, torch.Generator().manual_seed(13))
     # b <- 0.9 b + 0.1 mean(R), R = -CE at tau
@@ -233,7 +234,7 @@ def test_rl_policy_uses_hazards_up_to_T_test_minus_1():
 def test_ponder_loss_and_policies():
     x, y, _, Tn = batch(6, seed=14)
     model = tiny_model()
-    s = make_schedule("ponder", T_max=8, d_model=16, beta=0.3, lambda_p=0.25).double()
+    s = make_schedule("ponder", T_max=8, d_model=16, pad_id=PAD, beta=0.3, lambda_p=0.25).double()
     loss, stats = s.loss(model, x, y, Tn, None)
     logits, hidden = model(x, 8, keep_hidden=True)
     q = stop_distribution(torch.sigmoid(s.head(halting.pool(hidden[1:8], x != PAD)).squeeze(-1).T))  # (B, 8)
@@ -280,7 +281,7 @@ def test_multidepth_is_the_mean_of_single_depth_losses():
 def test_fixed_prior_weights(prior):
     x, y, _, Tn = batch(6, seed=16)
     model = tiny_model()
-    s = make_schedule("fixed_prior", T_max=6, prior=prior, lam=0.3).double()
+    s = make_schedule("fixed_prior", T_max=6, prior=prior, lambda_p=0.3).double()
     loss, stats = s.loss(model, x, y, Tn, None)
     l = per_sample_ce(model(x, 6), y).mean(1)  # (6,) mean loss of every depth
     pi = torch.full((6,), 1 / 6) if prior == "uniform" else 0.3 * 0.7 ** torch.arange(6.0) / (1 - 0.7 ** 6)
@@ -303,7 +304,7 @@ def test_act_weights_hand_cases():
 def test_act_loss_is_mean_field_ce_plus_ponder_cost():
     x, y, _, Tn = batch(6, seed=17)
     model = tiny_model()
-    s = make_schedule("act", T_max=6, d_model=16, tau_act=0.1).double()
+    s = make_schedule("act", T_max=6, d_model=16, pad_id=PAD, tau_act=0.1).double()
     loss, stats = s.loss(model, x, y, Tn, None)
     logits, hidden = model(x, 6, keep_hidden=True)
     N, R, p = act_weights(torch.sigmoid(s.trajectory_logits(hidden, x != PAD, 6)), 0.01)
@@ -314,13 +315,20 @@ def test_act_loss_is_mean_field_ce_plus_ponder_cost():
     assert s.policy(Tn, 9, hidden=model(x, 9, keep_hidden=True)[1], mask=x != PAD).tolist() == [9] * 6
 
 
-def test_make_schedule_ignores_unknown_keys_and_rejects_bad_values():
-    s = make_schedule("rl", d_model=16, lr=1.0, task="dyck", lambda_ent=0.01)
+def test_make_schedule_refuses_unknown_or_misspelt_knobs_and_bad_values():
+    s = make_schedule("rl", d_model=16, lambda_ent=0.01)
     assert s.lambda_ent == 0.01 and s.needs_hidden
+    with pytest.raises(ValueError, match="lamda_ent"):  # a misspelt knob is an error, not silently ignored
+        make_schedule("rl", d_model=16, lamda_ent=0.5)
+    with pytest.raises(ValueError, match="w"):  # a knob of another schedule too
+        make_schedule("fixed", w=3)
+    with pytest.raises(TypeError):  # a halting head has no hidden default width
+        make_schedule("rl")
     for name, kw in [("rl", dict(lambda_ent=-1)), ("ponder", dict(alpha=0)), ("ponder", dict(lambda_p=1.5)),
-                     ("ponder", dict(ponder_rule="max")), ("act", dict(tau_act=-0.1)), ("nope", {})]:
+                     ("ponder", dict(ponder_rule="max")), ("act", dict(tau_act=-0.1)), ("nope", {}),
+                     ("fixed", dict(c=21, T_max=20))]:
         with pytest.raises(ValueError):
-            make_schedule(name, d_model=16, **kw)
+            make_schedule(name, **({"d_model": 16} if name in ("rl", "ponder", "act") else {}), **kw)
 
 
 # --- a tiny real run ---------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ def test_torchrun_two_ranks_matches_single_process(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.load(open(sweep / "summary.json"))
     assert summary["seeds"] == 3 and len(summary["runs"]) == 3
-    assert r.stdout.count("| dyck | window | 3 |") == 1  # only rank 0 prints the table row
+    assert r.stdout.count("| dyck | window w=5 | 3 |") == 1  # only rank 0 prints the table row
     # seed 1 trained by rank 1 in the sweep == seed 1 trained alone
     alone = tmp_path / "alone"
     r = subprocess.run([sys.executable, "train.py", "--seed", "1", "--out_dir", str(alone), *TINY],

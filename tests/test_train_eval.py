@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import evaluate
+import tables
 import train
 from halting import make_schedule
 from model import LoopedTransformer, ModelConfig
@@ -63,7 +64,7 @@ class Oracle(torch.nn.Module):
         wrong = torch.where(scored, right % (self.V - 1) + 1, 1)  # another token at scored positions
         tok = torch.stack([torch.stack([right[b] if k + 1 in g else wrong[b] for b, g in enumerate(self.good)])
                            for k in range(n_steps)])  # (K, B, T)
-        return torch.nn.functional.one_hot(tok, self.V).float()
+        return torch.nn.functional.one_hot(tok, self.V).float(), None
 
 
 def test_exact_match_counts_only_scored_positions_and_metrics():
@@ -71,14 +72,15 @@ def test_exact_match_counts_only_scored_positions_and_metrics():
     sets = eval_set(task, [3, 20], 4, seed=0)
     # sample b of each length is correct at depths good[b]
     good = [{1}, {2, 3}, {3}, set()]
-    fixed = make_schedule("fixed", K=3)
+    fixed = make_schedule("fixed", c=3)
     out = {}
     for n, (x, y, _, Tn) in sets.items():
         m = Oracle(y, good, len(task.vocab))
         exact, _, depth = evaluate.trajectory_correct(m, fixed, x, y, Tn, 4)
         assert exact.tolist() == [[k + 1 in g for g in good] for k in range(4)]
         out[n] = exact
-    e = evaluate.evaluate(Oracle(sets[20][1], good, len(task.vocab)), fixed, task, {20: sets[20]}, 4, n_max=19)
+    e = evaluate.evaluate(Oracle(sets[20][1], good, len(task.vocab)), fixed, task, {20: sets[20]}, {20: sets[20]}, 4,
+                          n_max=19)
     assert e["acc"] == [[0.25, 0.25, 0.5, 0.0]]
     m = e["metrics"]
     assert m["oracle_ood"] == 50.0 and m["policy_ood"] == 50.0 and m["gap"] == 0.0  # K=3 is the best
@@ -91,7 +93,7 @@ def test_one_pass_matrix_equals_one_pass_per_K():
     model = LoopedTransformer(ModelConfig(vocab_size=len(task.vocab), d_model=16, n_head=2, n_layer=1))
     sets = eval_set(task, [4, 9], 16, seed=3)
     sched = make_schedule("window", w=2)
-    e = evaluate.evaluate(model, sched, task, sets, 6, n_max=5)
+    e = evaluate.evaluate(model, sched, task, sets, sets, 6, n_max=5)
     for i, n in enumerate(e["lengths"]):
         x, y, _, _ = sets[n]
         for K in range(1, 7):
@@ -108,7 +110,7 @@ def test_front90_and_table_row():
                                  "metrics": {"oracle": orc, "oracle_ood": 100 * sum(orc[1:]) / 2,
                                              "policy_ood": pol, "policy_id": 100.0, "gap": 100 * sum(orc[1:]) / 2 - pol,
                                              "policy_depth_ood": 20.0, "flip_rate": 0.1}}
-    r = evaluate.table_row([mk(0, [1, 1.0, 0.8], 80.0), mk(1, [1, 0.9, 0.7], 70.0)])
+    r = tables.table_row([mk(0, [1, 1.0, 0.8], 80.0), mk(1, [1, 0.9, 0.7], 70.0)])
     # per-seed Oracle OOD 90 and 80: mean 85, sample std sqrt(50) = 7.07 pp
     assert r["oracle_ood"] == pytest.approx(85.0) and r["std"] == pytest.approx(50 ** 0.5)
     assert r["gap"] == pytest.approx(10.0) and r["seeds"] == 2

@@ -1,0 +1,100 @@
+"""
+The plumbing shared by every script: a @dataclass of settings becomes the argparse parser, user errors
+become one line and an exit code, files are written atomically.
+
+    @dataclass
+    class Config:
+        task: str = opt("dyck", "task name", choices=["dyck", "copy"], section="what to train")
+        lr: float = opt(3e-4, "peak learning rate", section="optimisation")
+        compile: bool = opt(False, "torch.compile the block")
+
+    cfg = parse(Config, argv, prog="train.py", doc=__doc__)
+
+`--lr 1` and `--lr=1` both work (1 becomes 1.0), booleans get `--compile/--no-compile`, choices fail with
+the list of valid names, abbreviated flags are refused (a preset must see every flag it overrides), a
+field's `section` opens an argparse group in --help, and `positional=True` makes a list of arguments. A preset is a function of the flags parsed so far
+that returns new *defaults* (argparse `set_defaults`), so a flag given explicitly always wins.
+`run(main, prog)` turns the errors a user can cause into one line and an exit code.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import field
+
+
+def opt(default, help: str, **meta):
+    """A Config field: its default, its --help text, and optionally choices=[...] and section="..."."""
+    return field(default=default, metadata={"help": help, **meta})
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage dump
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help shows every default and keeps the docstring's line breaks."""
+
+
+def parser(cls, prog: str, doc: str = "") -> Parser:
+    p = Parser(prog=prog, description=doc, formatter_class=HelpFormat, allow_abbrev=False)
+    group = p
+    for f in dataclasses.fields(cls):
+        if "section" in f.metadata:
+            group = p.add_argument_group(f.metadata["section"])
+        kw = dict(help=f.metadata["help"], default=f.default)
+        if f.metadata.get("positional"):
+            group.add_argument(f.name, nargs="*", help=kw["help"], default=list(f.default))
+        elif isinstance(f.default, bool):
+            group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, **kw)
+        else:
+            group.add_argument(f"--{f.name}", type=type(f.default), choices=f.metadata.get("choices"), **kw)
+    return p
+
+
+def parse(cls, argv=None, prog: str = "", doc: str = "", presets=None):
+    """cls(**flags). presets: optional function (namespace of a first parse) -> {field: default}."""
+    p = parser(cls, prog, doc)
+    if presets is not None:
+        first, _ = p.parse_known_args(argv)
+        p.set_defaults(**presets(first))
+    return cls(**vars(p.parse_args(argv)))
+
+
+def run(main, prog: str, argv=None) -> int:
+    """main(argv) as a command. A user error (ValueError) -> one line, exit 2; a numerical fault
+    (FloatingPointError) or an I/O failure (OSError, e.g. a full disk) -> one line, exit 1; Ctrl-C -> one
+    line, exit 130. Never a traceback for any of them."""
+    try:
+        main(argv)
+    except ValueError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    except (FloatingPointError, OSError) as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as err:
+        print(f"{prog}: {err or 'interrupted'}", file=sys.stderr)
+        return 130
+    return 0
+
+
+def atomic_write(path: str, write) -> None:
+    """Write via a temp file, fsync, rename: a crash leaves the old file or the new one, never half."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):  # a failed write (full disk) leaves no temp file behind
+            os.remove(tmp)
+
+
+def write_json(path: str, obj) -> None:
+    atomic_write(path, lambda f: f.write((json.dumps(obj, indent=1) + "\n").encode()))

@@ -1,0 +1,266 @@
+"""
+The run directory of train.py: every check made before a file is touched, and what keeps a run safe.
+
+    validate(cfg)          every setting, before anything is written: one line naming the bad value
+    plan(cfg, dir)         what to do with a run directory: train fresh, resume from ckpt.pt, skip a
+                           finished run, or restart one killed before its first checkpoint. Refuses to
+                           replace a run (unless --overwrite) or to resume one with other settings.
+    Lock(dir)              an exclusive lock: a second process on the same run directory stops (exit 2)
+    log_lines(path, step)  metrics.jsonl up to a checkpoint's step; a torn last line is dropped
+
+A user error raises ValueError with one line (cli.run turns it into exit code 2).
+"""
+
+import dataclasses
+import json
+import math
+import os
+import re
+
+import torch
+
+from halting import make_schedule, settings
+from tasks import PAD, get_task, task_kwargs
+
+RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
+# settings that may differ when a run is resumed: they do not change what is trained or measured
+HARMLESS = {"threads", "device", "eval_batch_size", "log_interval", "eval_interval", "ckpt_interval", "resume",
+            "overwrite", "seeds", "out_dir", "preset"}
+MAX_SEED = 2 ** 32 - 1
+
+
+def lengths(cfg) -> list[int]:
+    return sorted({int(s) for s in cfg.test_lengths.split(",") if s.strip()})
+
+
+def pick_device(name: str) -> str:
+    if name != "auto":
+        return name
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if torch.backends.mps.is_available() else "cpu"
+
+
+def validate(cfg) -> None:
+    """Reject bad settings with one line naming the value and what is allowed."""
+    finite = lambda v: isinstance(v, (int, float)) and math.isfinite(v)
+    checks = [
+        (cfg.w >= 0, f"--w {cfg.w}: must be >= 0"),
+        (cfg.T_max >= 1, f"--T_max {cfg.T_max}: must be >= 1"),
+        (0 <= cfg.c <= cfg.T_max, f"--c {cfg.c}: must be in 1..T_max ({cfg.T_max}), or 0 for T_max"),
+        (cfg.T_test >= cfg.T_max, f"--T_test {cfg.T_test}: must be >= T_max ({cfg.T_max})"),
+        (1 <= cfg.n_min <= cfg.n_max, f"--n_min {cfg.n_min} --n_max {cfg.n_max}: need 1 <= n_min <= n_max"),
+        (cfg.max_iters >= 1, f"--max_iters {cfg.max_iters}: must be >= 1"),
+        (cfg.batch_size >= 1, f"--batch_size {cfg.batch_size}: must be >= 1"),
+        (finite(cfg.lr) and cfg.lr > 0, f"--lr {cfg.lr}: must be a finite number > 0"),
+        (finite(cfg.min_lr) and 0 <= cfg.min_lr <= cfg.lr, f"--min_lr {cfg.min_lr}: must be a finite number in 0..lr"),
+        (cfg.warmup_iters >= 0, f"--warmup_iters {cfg.warmup_iters}: must be >= 0"),
+        (finite(cfg.weight_decay) and cfg.weight_decay >= 0, f"--weight_decay {cfg.weight_decay}: must be a finite number >= 0"),
+        (finite(cfg.beta1) and 0 <= cfg.beta1 < 1, f"--beta1 {cfg.beta1}: must be in [0, 1)"),
+        (finite(cfg.beta2) and 0 <= cfg.beta2 < 1, f"--beta2 {cfg.beta2}: must be in [0, 1)"),
+        (finite(cfg.dropout) and 0 <= cfg.dropout < 1, f"--dropout {cfg.dropout}: must be in [0, 1)"),
+        (finite(cfg.grad_clip) and cfg.grad_clip >= 0, f"--grad_clip {cfg.grad_clip}: must be a finite number >= 0 (0: off)"),
+        (cfg.d_model >= 1 and cfg.n_head >= 1 and cfg.d_model % cfg.n_head == 0,
+         f"--d_model {cfg.d_model} --n_head {cfg.n_head}: d_model must be a positive multiple of n_head"),
+        (cfg.n_layer >= 1, f"--n_layer {cfg.n_layer}: must be >= 1"),
+        (cfg.seeds >= 1, f"--seeds {cfg.seeds}: must be >= 1"),
+        (0 <= cfg.seed and cfg.seed + cfg.seeds - 1 <= MAX_SEED, f"--seed {cfg.seed}: seeds must lie in 0..{MAX_SEED}"),
+        (-1 <= cfg.init_seed <= MAX_SEED, f"--init_seed {cfg.init_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
+        (-1 <= cfg.data_seed <= MAX_SEED, f"--data_seed {cfg.data_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
+        (0 <= cfg.eval_seed <= MAX_SEED - 2, f"--eval_seed {cfg.eval_seed}: must be in 0..{MAX_SEED - 2}"),
+        (cfg.threads >= 0, f"--threads {cfg.threads}: must be >= 0"),
+        (cfg.eval_samples >= 1, f"--eval_samples {cfg.eval_samples}: must be >= 1"),
+        (cfg.eval_batch_size >= 1, f"--eval_batch_size {cfg.eval_batch_size}: must be >= 1"),
+        (min(cfg.log_interval, cfg.eval_interval, cfg.ckpt_interval) >= 1,
+         f"--log_interval {cfg.log_interval} --eval_interval {cfg.eval_interval} --ckpt_interval {cfg.ckpt_interval}: must be >= 1"),
+        (not (cfg.resume and cfg.overwrite), "--resume --overwrite: choose one"),
+        (not cfg.curriculum or (cfg.curriculum_every >= 1 and cfg.n_min <= cfg.curriculum_start <= cfg.n_max),
+         f"--curriculum_every {cfg.curriculum_every} --curriculum_start {cfg.curriculum_start}: "
+         f"need curriculum_every >= 1 and n_min <= curriculum_start <= n_max"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ValueError(msg)
+    try:
+        ns = lengths(cfg)
+    except ValueError:
+        ns = []
+    if not ns:
+        raise ValueError(f"--test_lengths {cfg.test_lengths!r}: must be comma-separated integers")
+    task = get_task(cfg.task, **task_kwargs(cfg.task, dataclasses.asdict(cfg)))
+    knobs = {**dataclasses.asdict(cfg), "c": cfg.c or cfg.T_max, "pad_id": PAD}
+    try:  # the schedule checks its own knobs; its messages name them as name=value
+        make_schedule(cfg.schedule, **{k: knobs[k] for k in settings(cfg.schedule)})
+    except ValueError as err:
+        raise ValueError(f"--{err}") from None
+    for n in ns + [cfg.n_min, cfg.n_max]:
+        task.check_length(n)
+    device = pick_device(cfg.device)
+    ok = device == "cpu" or (device.startswith("cuda") and torch.cuda.is_available()) or (
+        device == "mps" and torch.backends.mps.is_available())
+    if not ok:
+        raise ValueError(f"--device {cfg.device}: not available here; use auto or cpu" + (", cuda" if torch.cuda.is_available() else ""))
+    check_memory(cfg, task, max(ns + [cfg.n_max]), device)
+
+
+def check_memory(cfg, task, n_longest: int, device: str) -> None:
+    """Refuse settings whose step cannot fit in memory, before training. A rough upper estimate, 4 bytes a
+    float: training keeps ~20 D-sized activations and the attention scores per token, layer and step;
+    evaluation keeps the trajectory's hidden states and logits."""
+    S = len(task.sample(n_longest, torch.Generator().manual_seed(0), test=True)[0])  # longest sequence
+    V, D = len(task.vocab), cfg.d_model
+    train = 4 * cfg.batch_size * S * cfg.T_max * cfg.n_layer * (20 * D + 2 * cfg.n_head * S)
+    evaluation = 4 * cfg.eval_batch_size * S * (cfg.T_test * (D + V) + 20 * D + 2 * cfg.n_head * S)
+    if device.startswith("cuda"):
+        have = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    else:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need = max(train, evaluation)
+    if need > 0.8 * have:
+        raise ValueError(f"--batch_size {cfg.batch_size} --eval_batch_size {cfg.eval_batch_size} --T_test {cfg.T_test} "
+                         f"(sequences up to {S} tokens): a step needs about {need / 2**30:.3g} GiB, more than this "
+                         f"machine's {have / 2**30:.3g} GiB allow")
+
+
+# --- the state of a run directory ---------------------------------------------------------------------
+
+def read_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: unreadable ({err})") from None
+
+
+def differences(saved: dict, cfg) -> list[str]:
+    """The settings of a saved run that differ from cfg, except the harmless ones."""
+    now = dataclasses.asdict(cfg)
+    return [f"{k}={saved.get(k)!r} (now {v!r})" for k, v in now.items() if k not in HARMLESS and saved.get(k) != v]
+
+
+def load_checkpoint(path: str, cfg) -> dict:
+    """ckpt.pt, checked: one line for an unreadable file, a foreign or damaged dict, or another run's settings."""
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise ValueError(f"--resume: {path} is not a readable checkpoint ({type(err).__name__})") from None
+    need = {"model": dict, "schedule": dict, "optimizer": dict, "step": int, "elapsed": (int, float),
+            "acc_stats": dict, "config": dict, "rng": dict}
+    bad = [k for k, t in need.items() if not isinstance(ck, dict) or not isinstance(ck.get(k), t) or isinstance(ck.get(k), bool)]
+    if bad:
+        raise ValueError(f"--resume: {path} is not a train.py checkpoint (missing or malformed: {', '.join(bad)})")
+    if set(ck["rng"]) != {"data", "depth", "torch"} or not all(isinstance(v, torch.Tensor) for v in ck["rng"].values()):
+        raise ValueError(f"--resume: {path} is not a train.py checkpoint (malformed: rng)")
+    if not 0 <= ck["step"] <= cfg.max_iters:
+        raise ValueError(f"--resume: {path} is at step {ck['step']}, outside 0..max_iters ({cfg.max_iters})")
+    diff = differences(ck["config"], cfg)
+    if diff:
+        raise ValueError(f"--resume: {path} belongs to another run: " + ", ".join(diff))
+    return ck
+
+
+def plan(cfg, d: str, single: bool = True):
+    """(action, checkpoint) for run directory d: ("fresh" | "overwrite" | "resume" | "restart" | "skip", ckpt or None)."""
+    paths = {f: os.path.join(d, f) for f in RUN_FILES}
+    for p in paths.values():
+        if os.path.lexists(p) and not os.path.isfile(p):
+            raise ValueError(f"{p}: exists and is not a regular file")
+    held = [f for f, p in paths.items() if os.path.exists(p)]
+    if not cfg.resume:
+        if held and not cfg.overwrite:
+            raise ValueError(f"--out_dir {d} holds a run ({', '.join(held)}): continue it with --resume, "
+                             f"choose another --out_dir, or replace it with --overwrite")
+        return ("overwrite" if held else "fresh"), None
+    for f in ("config.json", "eval.json"):  # every file of the run must belong to this experiment
+        if f in held:
+            saved = read_json(paths[f])
+            saved = saved.get("config", saved) if isinstance(saved, dict) else {}
+            diff = differences(saved, cfg)
+            if diff:
+                raise ValueError(f"--resume: {paths[f]} belongs to another run: " + ", ".join(diff))
+    if "eval.json" in held:
+        return "skip", None
+    if "ckpt.pt" in held:
+        return "resume", load_checkpoint(paths["ckpt.pt"], cfg)
+    if held:  # killed before its first checkpoint: nothing to continue from
+        return "restart", None
+    if single:
+        raise ValueError(f"--resume: no checkpoint at {paths['ckpt.pt']} (nothing to resume)")
+    return "fresh", None
+
+
+def log_lines(path: str, step: int) -> list[str]:
+    """metrics.jsonl's lines with step <= `step` (a resumed run writes the rest again). A torn or blank last
+    line (a write cut by a crash or a full disk) is dropped; any other unreadable line is an error."""
+    if not step or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        lines = f.read().split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    kept = []
+    for i, line in enumerate(lines):
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+                raise ValueError("no integer 'step'")
+        except ValueError as err:
+            if i == len(lines) - 1:
+                break  # torn by an interrupted write
+            raise ValueError(f"{path}, line {i + 1}: not a log line ({err})") from None
+        if rec["step"] <= step:
+            kept.append(line + "\n")
+    return kept
+
+
+def last_good(ckpt_path: str) -> str:
+    """Where a failed run can be continued from, in words."""
+    if not os.path.isfile(ckpt_path):
+        return "no checkpoint was written yet"
+    step = torch.load(ckpt_path, map_location="cpu", weights_only=True)["step"]
+    return f"last good checkpoint: step {step} at {ckpt_path}"
+
+
+class Lock:
+    """An exclusive lock on a run directory (created if needed): the file .lock holds the owner's pid. A lock
+    whose process is gone is stale and taken over. On entry, temp files of killed writers are removed."""
+
+    def __init__(self, d: str):
+        self.d, self.path = d, os.path.join(d, ".lock")
+
+    def __enter__(self):
+        try:
+            os.makedirs(self.d, exist_ok=True)
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(open(self.path).read().strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and pid != os.getpid() and alive(pid):
+                raise ValueError(f"--out_dir {self.d} is in use by process {pid} (lock {self.path}); "
+                                 f"wait for it, or remove the lock if that process is not train.py") from None
+            os.remove(self.path)  # stale: its process is gone
+            return self.__enter__()
+        except OSError as err:
+            raise ValueError(f"--out_dir {self.d!r}: cannot write there ({err.strerror})") from None
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        for f in os.listdir(self.d):  # temp files of writers killed mid-write
+            if re.search(r"\.tmp\d+$", f):
+                os.remove(os.path.join(self.d, f))
+        return self
+
+    def __exit__(self, *exc):
+        if os.path.exists(self.path):
+            os.remove(self.path)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

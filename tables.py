@@ -1,0 +1,148 @@
+"""
+Tables over seeds: runs that differ only in their seeds form one row; each row reports the mean over
+seeds and the spread that the primary paper is about, and rows of one task are compared by tests of
+their means and spreads (stats.py).
+
+A row's runs share every setting that changes the experiment: the config minus per-run bookkeeping
+(seed, out_dir, threads, device, intervals, ...) and minus the knobs of other schedules and tasks. A row
+is labelled by its schedule, the schedule's own depth knobs (c, w) and every setting that differs
+between the rows of its task.
+
+    Oracle OOD    mean over seeds of the per-seed Oracle OOD (%)
+    Std           sample standard deviation (ddof 1) of the per-seed Oracle OOD (pp) [bootstrap 95% interval]
+    Front@90      read off the seed-mean oracle curve
+    val-K OOD, ID-K OOD, Gap, Policy OOD, exit depth, flip rate: means over seeds
+    shortcut      the best trivial predictor's OOD exact match (the same for every seed: fixed test sets)
+    hard          Oracle / val-K / policy OOD on the task's hard subset (dyck, multiplication)
+"""
+
+import json
+import os
+import statistics
+
+import stats
+from evaluate import fmt, front90
+from halting import SCHEDULES, settings
+from tasks import TASKS
+
+BOOKKEEPING = {"seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
+               "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset"}
+SCHEDULE_KNOBS = {k for s in SCHEDULES for k in settings(s)} - {"T_max", "d_model", "pad_id", "active_set"}
+TASK_KNOBS = {k for t in TASKS.values() for k in t.knobs}
+PRIMARY = {"fixed": ("c",), "fixed_window": ("c", "w"), "window": ("w",), "multidepth": ("w",)}
+
+
+def run_key(e: dict) -> tuple:
+    """The settings that define a run's experiment, as a sorted tuple of (name, value)."""
+    c, s, t = e["config"], e["schedule"], e["task"]
+    own = set(settings(s)) if s in SCHEDULES else set()
+    drop = BOOKKEEPING | (SCHEDULE_KNOBS - own) | (TASK_KNOBS - set(TASKS[t].knobs if t in TASKS else ()))
+    return tuple(sorted((k, v) for k, v in {**c, "task": t, "schedule": s}.items() if k not in drop))
+
+
+def value(v) -> str:
+    return format(v, "g") if isinstance(v, float) else str(v)
+
+
+def group_runs(evals: list) -> dict:
+    """{(task, label): [eval dicts]}: the seeds of each row. Refuses a row whose runs were evaluated on
+    different test grids."""
+    by_key = {}
+    for e in evals:
+        by_key.setdefault(run_key(e), []).append(e)
+    groups = {}
+    for key, runs in by_key.items():
+        k = dict(key)
+        # the settings that differ between the rows of this task
+        others = [dict(o) for o in by_key if dict(o)["task"] == k["task"]]
+        varying = sorted({f for o in others for f in set(o) | set(k) if o.get(f) != k.get(f)} - {"schedule", "task"})
+        shown = [f for f in PRIMARY.get(k["schedule"], ())] + [f for f in varying if f not in PRIMARY.get(k["schedule"], ())]
+        label = " ".join([k["schedule"]] + [f"{f}={value(k[f])}" for f in shown if f in k])
+        grid = {(tuple(r["lengths"]), r["n_max"]) for r in runs}
+        if len(grid) > 1:
+            raise ValueError(f"row {k['task']} {label}: its runs were evaluated on different grids "
+                             f"(lengths/n_max: {' vs '.join(str(g) for g in sorted(grid))}): "
+                             f"{', '.join(r['run_dir'] for r in runs)}")
+        groups[(k["task"], label)] = sorted(runs, key=lambda r: r["seed"])
+    return groups
+
+
+def table_row(evals: list[dict]) -> dict:
+    """One row over the seeds of one experiment (see the module docstring)."""
+    ms = [e["metrics"] for e in evals]
+    lengths, n_max = evals[0]["lengths"], evals[0]["n_max"]
+    ood = [i for i, n in enumerate(lengths) if n > n_max]
+    per_seed = [m["oracle_ood"] for m in ms if m["oracle_ood"] is not None]
+
+    def mean(key):  # None where no run has the value
+        vals = [m[key] for m in ms if m.get(key) is not None]
+        return statistics.fmean(vals) if vals else None
+
+    spread = stats.bootstrap_std(per_seed)
+    return {"task": evals[0]["task"], "schedule": evals[0]["schedule"], "seeds": len(evals),
+            "seed_list": [e["seed"] for e in evals], "per_seed_oracle_ood": per_seed,
+            "per_seed_val_k_ood": [m["val_k_ood"] for m in ms if m.get("val_k_ood") is not None],
+            "oracle_ood": mean("oracle_ood"), "val_k_ood": mean("val_k_ood"), "id_k_ood": mean("id_k_ood"),
+            "front90": front90([lengths[i] for i in ood], [statistics.fmean(m["oracle"][i] for m in ms) for i in ood]),
+            "std": spread["std"], "std_lo": spread["lo"], "std_hi": spread["hi"],
+            "gap": mean("gap"), "policy_ood": mean("policy_ood"), "policy_id": mean("policy_id"),
+            "exit_depth": mean("policy_depth_ood"), "flip_rate": mean("flip_rate"),
+            "shortcut_ood": mean("shortcut_ood"), "shortcut_name": ms[0].get("shortcut_ood_name"),
+            "oracle_hard_ood": mean("oracle_hard_ood"), "val_k_hard_ood": mean("val_k_hard_ood"),
+            "policy_hard_ood": mean("policy_hard_ood"),
+            "train_minutes": statistics.fmean(e.get("train_time_s", 0) / 60 for e in evals)}
+
+
+HEADER = ["task", "setting", "seeds", "ID", "Oracle OOD", "val-K OOD", "Front@90", "Std [95% CI]", "Gap",
+          "Policy OOD", "exit depth", "flip rate", "shortcut"]
+
+
+def format_row(r: dict, hard: bool) -> str:
+    std = "-" if r["std"] is None else f"{r['std']:.1f}" + (f" [{r['std_lo']:.1f}, {r['std_hi']:.1f}]" if r.get("std_lo") is not None else "")
+    below = r["oracle_ood"] is not None and r.get("shortcut_ood") is not None and r["oracle_ood"] <= r["shortcut_ood"]
+    cells = [r["task"], r["setting"], fmt(r["seeds"], ""), fmt(r.get("policy_id")),
+             fmt(r["oracle_ood"]) + (" (<= shortcut)" if below else ""), fmt(r.get("val_k_ood")), fmt(r["front90"], ""),
+             std, fmt(r["gap"]), fmt(r.get("policy_ood")), fmt(r.get("exit_depth")), fmt(r.get("flip_rate"), ".3f"),
+             fmt(r.get("shortcut_ood"))]
+    if hard:
+        cells.append(" / ".join(fmt(r.get(k)) for k in ("oracle_hard_ood", "val_k_hard_ood", "policy_hard_ood")))
+    return "| " + " | ".join(cells) + " |"
+
+
+def paper_rows() -> list[dict]:
+    """The published rows (results/paper.json), shaped like ours."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "paper.json")) as f:
+        return [{**r, "setting": f"{r['setting']} (paper)"} for r in json.load(f)["rows"]]
+
+
+def comparisons(rows: list[dict]) -> list[str]:
+    """One line per pair of rows of the same task: Welch p (means) and Brown-Forsythe p (spreads) of the
+    per-seed Oracle OOD and val-K OOD."""
+    lines = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if a["task"] != b["task"] or min(a["seeds"], b["seeds"]) < 2:
+                continue
+            parts = []
+            for key, name in (("per_seed_oracle_ood", "Oracle OOD"), ("per_seed_val_k_ood", "val-K OOD")):
+                c = stats.compare(a[key], b[key])
+                parts.append(f"{name}: Welch p = {fmt(c['welch_p'], '.3g')}, Brown-Forsythe p = {fmt(c['bf_p'], '.3g')}")
+            lines.append(f"{a['task']}: {a['setting']} ({a['seeds']}) vs {b['setting']} ({b['seeds']}): " + "; ".join(parts))
+    return lines
+
+
+def table(groups: dict, paper: bool = False):
+    """(markdown, JSON rows) of grouped runs, the significance lines below the table. With paper, the
+    published row of the same (task, setting) follows ours, and the other published rows of our tasks last."""
+    rows = [{**table_row(g), "setting": label} for (task, label), g in groups.items()]
+    published = paper_rows() if paper else []
+    hard = any(r["oracle_hard_ood"] is not None for r in rows)
+    lines = ["| " + " | ".join(HEADER + (["hard: Oracle / val-K / policy"] if hard else [])) + " |",
+             "|---" * (len(HEADER) + hard) + "|"]
+    for r in rows:
+        lines.append(format_row(r, hard))
+        lines += [format_row(p, hard) for p in published if (p["task"], p["setting"]) == (r["task"], r["setting"] + " (paper)")]
+    ours = {(r["task"], r["setting"] + " (paper)") for r in rows}
+    lines += [format_row(p, hard) for p in published if p["task"] in {r["task"] for r in rows} and (p["task"], p["setting"]) not in ours]
+    lines += [""] + comparisons(rows) if len(rows) > 1 else []
+    return "\n".join(lines), rows
