@@ -3,9 +3,13 @@ Plots of evaluated runs (`python evaluate.py DIR --plot`), PNG files beside the 
 
     length_{task}.png    accuracy (oracle) vs test length: one thin line per seed, the seed mean thick,
                          one panel per schedule (the variance picture of the primary paper)
+    depth_{task}.png     accuracy vs loop steps K at one OOD length (about twice the longest training
+                         length): does depth matter on this task?
     flip_{task}.png      prediction flip rate Pr_x[yhat_{K+1} != yhat_K] vs K, seed mean per schedule
-    RUN/heatmap.png      exact-match accuracy over test length x K for the first run of each schedule
-    RUN/readouts.png     accuracy vs mean exit depth of every readout (needs RUN/readouts.json)
+    heatmap_*.png        exact-match accuracy over test length x K for the first run of each schedule
+    readouts_*.png       accuracy vs mean exit depth of every readout (needs the run's readouts.json)
+
+All go into the folder given to `evaluate.py --plot DIR`.
 
 matplotlib is an optional extra: without it, plot_all raises ImportError with the install command and
 nothing else is affected. This file imports nothing from the project.
@@ -38,6 +42,25 @@ def plot_lengths(plt, task: str, groups: dict, path: str) -> str:
     axes[0][0].set_ylabel("oracle accuracy")
     axes[0][0].legend(loc="lower left")
     fig.suptitle(task)
+    return save(plt, fig, path)
+
+
+def plot_depth(plt, task: str, groups: dict, path: str) -> str:
+    """Accuracy vs K at one OOD length: one thin line per seed, the seed mean thick, per schedule."""
+    e0 = next(iter(groups.values()))[0]
+    ood = [n for n in e0["lengths"] if n > e0["n_max"]] or e0["lengths"]
+    n = min(ood, key=lambda m: abs(m - 2 * e0["n_max"]))
+    i = e0["lengths"].index(n)
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for (label, evals), color in zip(groups.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3):
+        curves = [e["acc"][i] for e in evals]
+        for c in curves:
+            ax.plot(range(1, len(c) + 1), c, color=color, alpha=0.25, lw=0.8)
+        ax.plot(range(1, len(curves[0]) + 1), [sum(v) / len(v) for v in zip(*curves)], color=color, lw=2, label=label)
+    ax.set(title=f"{task}: accuracy vs loop steps at n = {n} (T(n) marked)", xlabel="loop steps K",
+           ylabel="exact match", ylim=(-0.02, 1.02))
+    ax.axvline(min(n, len(e0["K"])) if task != "multiplication" else min(2 * n, len(e0["K"])), color="gray", ls=":", lw=1)
+    ax.legend(fontsize=7)
     return save(plt, fig, path)
 
 
@@ -87,12 +110,14 @@ def plot_all(groups: dict, reps: dict, out_dir: str) -> list:
     """groups {(task, setting): [eval dicts]}, reps {run_dir: readouts.json dict}. Returns the PNG paths."""
     plt = pyplot()
     paths, by_task = [], {}
+    name = lambda *parts: os.path.join(out_dir, "_".join(str(p).replace(" ", "").replace("=", "") for p in parts) + ".png")
     for (task, label), evals in groups.items():
         by_task.setdefault(task, {})[label] = evals
-        paths.append(plot_heatmap(plt, evals[0], os.path.join(evals[0]["run_dir"], "heatmap.png")))
+        paths.append(plot_heatmap(plt, evals[0], name("heatmap", task, label, f"seed{evals[0]['seed']}")))
     for task, g in by_task.items():
-        paths.append(plot_lengths(plt, task, g, os.path.join(out_dir, f"length_{task}.png")))
-        paths.append(plot_flips(plt, task, g, os.path.join(out_dir, f"flip_{task}.png")))
+        paths.append(plot_lengths(plt, task, g, name("length", task)))
+        paths.append(plot_depth(plt, task, g, name("depth", task)))
+        paths.append(plot_flips(plt, task, g, name("flip", task)))
     for run_dir, rep in reps.items():
-        paths.append(plot_readouts(plt, rep, os.path.join(run_dir, "readouts.png")))
+        paths.append(plot_readouts(plt, rep, name("readouts", rep["task"], rep["schedule"], f"seed{rep['seed']}")))
     return paths

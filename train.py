@@ -225,6 +225,7 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
     t0, t0_step = time.time(), step  # wall clock since the last log line (or the start / resume)
     bar = tqdm(range(step, cfg.max_iters), initial=step, total=cfg.max_iters, desc=os.path.basename(run_dir) or run_dir,
                disable=not sys.stderr.isatty(), leave=False)
+    done = step
     try:
         for it in bar:
             for group in optimizer.param_groups:
@@ -261,8 +262,9 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
                 save(done)
                 step = done
                 t0 += time.time() - t_save  # checkpoint writes are not training time
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"interrupted; {rundir.last_good(ckpt_path)}; continue with --resume") from None
+    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run)
+        raise KeyboardInterrupt(f"interrupted after step {done}; {rundir.last_good(ckpt_path)}; "
+                                f"continue with --resume") from None
     bar.close()
     t_eval = time.time()
     lengths = rundir.lengths(cfg)

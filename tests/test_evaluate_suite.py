@@ -248,7 +248,7 @@ def test_plots(tmp_path, capsys):
     tiny_run(tmp_path)
     evaluate.main([str(tmp_path), "--readouts", "--samples", "4", "--plot", str(tmp_path)])
     out = capsys.readouterr().out
-    for name in ("heatmap.png", "readouts.png", "length_dyck.png", "flip_dyck.png"):
+    for name in ("heatmap_dyck", "readouts_dyck", "length_dyck.png", "depth_dyck.png", "flip_dyck.png"):
         assert name in out
     for path in [l.split("plot: ")[1] for l in out.splitlines() if l.startswith("plot: ")]:
         assert os.path.getsize(path) > 1000

@@ -1,0 +1,191 @@
+"""
+The reproduction study's tables, verdicts and strip plots, regenerated from the committed JSON under
+results/study/ (written by results/study.sh): the section of results/README.md between the markers
+`<!-- study:begin -->` and `<!-- study:end -->`, and results/study/TASK.png.
+
+    python results/study.py        # deterministic: the same JSON gives the same bytes
+
+A verdict is "reproduced" only with p < 0.05 in the paper's direction, "contradicted" with p < 0.05 in
+the other, and "not significant at N seeds" otherwise (Welch's t-test for means, Brown-Forsythe for
+spreads; stats.py).
+"""
+
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import evaluate  # noqa: E402
+import stats  # noqa: E402
+import tables  # noqa: E402
+
+STUDY = os.path.join(ROOT, "results", "study")
+README = os.path.join(ROOT, "results", "README.md")
+# row directory -> (label, the published row's setting in results/paper.json)
+ROWS = {"fixed": ("fixed c=T_max", "fixed c=20"), "matched": ("matched", "matched"),
+        "window": ("window w=5", "window w=5"), "rl": ("rl", "rl"),
+        "fixed_window": ("fixed_window c=T_max w=5", "fixed_window c=20 w=5"), "multidepth": ("multidepth w=5", "multidepth w=5"),
+        "ponder": ("ponder", "ponder"), "lognormal_poisson": ("lognormal_poisson", None), "trm_halt": ("trm_halt", None),
+        "rl_ent0": ("rl lambda_ent=0", "rl lambda_ent=0"), "rl_ent0.1": ("rl lambda_ent=0.1", "rl lambda_ent=0.1"),
+        "rl_tmax5": ("rl T_max=5", "rl T_max=5"), "rl_tmax10": ("rl T_max=10", "rl T_max=10"),
+        "window_fixed_init": ("window, init_seed 0, data seed varies", None),
+        "window_fixed_data": ("window, data_seed 0, init seed varies", None)}
+PAIRS = [("window", "matched"), ("window", "fixed"), ("rl", "matched"), ("rl", "window")]
+
+
+def load(task: str) -> dict:
+    """{row: [eval dicts, by seed]} of one task; every run of a row must share its settings."""
+    out = {}
+    for name in ROWS:
+        d = os.path.join(STUDY, task, name)
+        if os.path.isdir(d):
+            runs = sorted((evaluate.load_eval(r) for r in evaluate.find_runs([d])), key=lambda e: e["seed"])
+            groups = tables.group_runs(runs)
+            if len(groups) != 1:
+                raise ValueError(f"{d}: runs with different settings: {sorted(label for _, label in groups)}")
+            out[name] = runs
+    return out
+
+
+def per_seed(runs: list, key: str) -> list:
+    vals = [e["metrics"][key] for e in runs]
+    if key == "front90":  # no OOD length at 90%: the front is the longest training length
+        vals = [e["n_max"] if v is None else v for v, e in zip(vals, runs)]
+    return vals
+
+
+def fmtp(p) -> str:
+    return "-" if p is None else (f"{p:.2g}" if p >= 0.001 else f"{p:.1e}")
+
+
+def verdict(a: list, b: list, higher: bool, spread: bool = False) -> str:
+    """Does group a exceed (higher) / fall below group b, in mean (Welch) or spread (Brown-Forsythe)?"""
+    if len(a) < 2 or len(b) < 2:
+        return "not enough seeds"
+    p = (stats.brown_forsythe(a, b) if spread else stats.welch(a, b))["p"]
+    da, db = (statistics.stdev(a), statistics.stdev(b)) if spread else (statistics.fmean(a), statistics.fmean(b))
+    what = f"{'Std' if spread else 'mean'} {da:.1f} vs {db:.1f}, p = {fmtp(p)}"
+    if p >= 0.05:
+        return f"not significant at {len(a)} and {len(b)} seeds ({what})"
+    return ("reproduced" if (da > db) == higher else "contradicted") + f" ({what})"
+
+
+def claims(rows: dict) -> list[tuple[str, str]]:
+    """(claim, verdict) for every claim of the primary paper whose rows this task has."""
+    g = lambda name, key="oracle_ood": per_seed(rows[name], key)
+    have = lambda *names: all(n in rows for n in names)
+    out = []
+    for s in ("window", "rl"):
+        for d in ("fixed", "matched"):
+            if have(s, d):
+                out.append((f"{s} has a smaller spread of Oracle OOD than {d}", verdict(g(s), g(d), False, spread=True)))
+                out.append((f"{s} has a smaller Gap than {d}", verdict(g(s, "gap"), g(d, "gap"), False)))
+    if have("rl", "window"):
+        out.append(("rl raises Oracle OOD over window", verdict(g("rl"), g("window"), True)))
+        out.append(("rl raises Front@90 over window", verdict(g("rl", "front90"), g("window", "front90"), True)))
+        out.append(("rl raises val-K OOD over window", verdict(g("rl", "val_k_ood"), g("window", "val_k_ood"), True)))
+    if have("rl_ent0", "rl"):
+        out.append(("lambda_ent = 0 collapses (lower Oracle OOD than 0.001)", verdict(g("rl_ent0"), g("rl"), False)))
+    if have("rl_tmax5", "rl"):
+        out.append(("T_max = 5 is too short (lower Oracle OOD than T_max = 20)", verdict(g("rl_tmax5"), g("rl"), False)))
+    if have("multidepth", "window"):
+        p = stats.welch(g("multidepth"), g("window"))["p"]
+        out.append(("multidepth ~ window (Oracle OOD)", f"{'no significant difference' if p >= 0.05 else 'they differ'} "
+                    f"(p = {fmtp(p)}; not a proof of equality)"))
+    if have("ponder", "window"):
+        out.append(("ponder is unstable (larger spread than window)", verdict(g("ponder"), g("window"), True, spread=True)))
+    return out
+
+
+def power_lines(rows: dict) -> list[str]:
+    """Brown-Forsythe power for each pair at 16 and 32 seeds, resampling the first 8 seeds of each row."""
+    lines = []
+    for a, b in PAIRS:
+        if a in rows and b in rows and min(len(rows[a]), len(rows[b])) >= 8:
+            pa, pb = per_seed(rows[a][:8], "oracle_ood"), per_seed(rows[b][:8], "oracle_ood")
+            lines.append(f"| {a} vs {b} | {stats.power(pa, pb, 16):.2f} | {stats.power(pa, pb, 32):.2f} |")
+    return ["| spread test (Oracle OOD) | power at 16 seeds | at 32 |", "|---|---|---|"] + lines if lines else []
+
+
+def strip_plot(task: str, rows: dict) -> str:
+    """Oracle OOD per seed per row (dots), mean and Std (bar), the best shortcut (dashed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(1.2 * len(rows) + 2, 3.4))
+    for i, (name, runs) in enumerate(rows.items()):
+        v = per_seed(runs, "oracle_ood")
+        ax.scatter([i + 0.08 * ((k % 5) - 2) for k in range(len(v))], v, s=12, alpha=0.7, color="tab:blue")
+        if len(v) > 1:
+            ax.errorbar(i + 0.3, statistics.fmean(v), yerr=statistics.stdev(v), fmt="o", color="black", capsize=3)
+    cut = rows[next(iter(rows))][0]["metrics"].get("shortcut_ood")
+    if cut is not None:
+        ax.axhline(cut, ls="--", color="gray", lw=1, label=f"best shortcut {cut:.1f}%")
+        ax.legend(loc="lower left", fontsize=8)
+    ax.set_xticks(range(len(rows)), [ROWS[n][0] for n in rows], rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel="Oracle OOD (%) per seed", title=f"{task}: one dot per seed", ylim=(-2, 102))
+    fig.tight_layout()
+    path = os.path.join(STUDY, f"{task}.png")
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def section(task: str, rows: dict) -> list[str]:
+    published = {r["setting"].removesuffix(" (paper)"): r for r in tables.paper_rows() if r["task"] == task}
+    hard = any(e["metrics"].get("oracle_hard_ood") is not None for runs in rows.values() for e in runs)
+    lines = [f"### {task}", "", "| " + " | ".join(tables.HEADER + (["hard: Oracle / val-K / policy"] if hard else [])) + " |",
+             "|---" * (len(tables.HEADER) + hard) + "|"]
+    for name, runs in rows.items():
+        label, paper = ROWS[name]
+        lines.append(tables.format_row({**tables.table_row(runs), "setting": label}, hard))
+        if paper in published:
+            lines.append(tables.format_row(published[paper], hard))
+    cfg = rows[next(iter(rows))][0]["config"]
+    e0 = rows[next(iter(rows))][0]
+    minutes = [e["train_time_s"] / 60 for runs in rows.values() for e in runs]
+    lines += ["", f"Recipe: `python train.py --task {task}` (d_model {cfg['d_model']}, {cfg['max_iters']} steps, "
+              f"n {cfg['n_min']}..{cfg['n_max']}, T_max {cfg['T_max']}, T_test {cfg['T_test']}, test lengths "
+              f"{cfg['test_lengths']}, {cfg['eval_samples']} test samples per length); one thread per run, "
+              f"{e0['env']['hardware'] or 'CPU'}, torch {e0['env']['torch']}; training time per run "
+              f"{min(minutes):.1f}-{max(minutes):.1f} min. Paper rows: paper scale, 18 or 32 seeds.", "",
+              f"![{task}: Oracle OOD per seed](study/{task}.png)", "", "Tests between rows (per-seed values):", ""]
+    for a, b in PAIRS:
+        if a in rows and b in rows:
+            parts = []
+            for key, name in (("oracle_ood", "Oracle OOD"), ("val_k_ood", "val-K OOD")):
+                x, y = per_seed(rows[a], key), per_seed(rows[b], key)
+                parts.append(f"{name}: Welch p = {fmtp(stats.welch(x, y)['p'])}, Brown-Forsythe p = "
+                             f"{fmtp(stats.brown_forsythe(x, y)['p'])}")
+            lines.append(f"- {a} ({len(rows[a])} seeds) vs {b} ({len(rows[b])}): " + "; ".join(parts))
+    power = power_lines(rows)
+    if power:
+        lines += ["", "Power of the spread test, estimated by resampling the first 8 seeds of each row:", ""] + power
+    lines += ["", "| claim of the primary paper | verdict on this task |", "|---|---|"]
+    lines += [f"| {c} | {v} |" for c, v in claims(rows)]
+    return lines + [""]
+
+
+def main() -> None:
+    tasks = sorted(t for t in os.listdir(STUDY) if os.path.isdir(os.path.join(STUDY, t)) and t != "logs") if os.path.isdir(STUDY) else []
+    body = []
+    for task in tasks:
+        rows = load(task)
+        if rows:
+            strip_plot(task, rows)
+            body += section(task, rows)
+    text = open(README).read()
+    begin, end = "<!-- study:begin -->", "<!-- study:end -->"
+    if begin not in text or end not in text:
+        raise SystemExit(f"{README}: markers {begin} / {end} not found")
+    head, rest = text.split(begin, 1)
+    text = head + begin + "\n" + "\n".join(body or ["(no study runs yet)", ""]) + end + rest.split(end, 1)[1]
+    with open(README, "w") as f:
+        f.write(text)
+    print(f"wrote the study section of {README} ({len(tasks)} tasks)")
+
+
+if __name__ == "__main__":
+    main()
