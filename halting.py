@@ -72,14 +72,40 @@ def unroll(model, x: torch.Tensor, K: int):
     return torch.stack(logits), torch.stack(hidden)
 
 
-def logits_at(model, x: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+def logits_at(model, x: torch.Tensor, depth: torch.Tensor, bptt_k: int = 0) -> torch.Tensor:
     """Each sample read out at its own depth: x (B, T), depth (B,) -> (B, T, V). A model's forward_depths
     (a shrinking active set: sum_i depth_i block applications) is used when it has one; any other looped
-    model is unrolled to max depth and each sample's step gathered (B * max depth applications)."""
+    model is unrolled to max depth and each sample's step gathered (B * max depth applications).
+    bptt_k > 0: truncated backpropagation through the loop (below)."""
+    if bptt_k:
+        return truncated_logits_at(model, x, depth, bptt_k)
     if hasattr(model, "forward_depths"):
         return model.forward_depths(x, depth)
     logits, _ = unroll(model, x, int(depth.max()))
     return logits[depth - 1, torch.arange(len(depth), device=x.device)]
+
+
+def truncated_logits_at(model, x: torch.Tensor, depth: torch.Tensor, k: int) -> torch.Tensor:
+    """Truncated backpropagation through the loop (Geiping et al. 2025, section 3): a sample read out at
+    depth tau runs its first tau - k steps without gradient and backpropagates through its last k only,
+    so activations are kept for k steps, not tau. Rows sorted by depth (deepest first): the rows still
+    running at step t are a prefix of the batch, and among them the rows still in their gradient-free
+    part (t <= tau - k) are a prefix again."""
+    order = torch.argsort(depth, descending=True, stable=True)
+    d = depth[order].tolist()
+    h0 = h = model.embed(x[order])  # (B, T, D)
+    out = [None] * len(d)
+    for t in range(1, d[0] + 1):
+        n_run = sum(1 for di in d if di >= t)  # samples that run step t
+        n_free = sum(1 for di in d if di - k >= t)  # of those, the ones without gradient at step t
+        with torch.no_grad():
+            free = model.step(h[:n_free], h0[:n_free], t)
+        h = torch.cat([free, model.step(h[n_free:n_run], h0[n_free:n_run], t)])
+        for i in range(n_run):
+            if d[i] == t:  # sample i stops at step t
+                out[i] = model.readout(h[i:i + 1])
+    logits = torch.cat(out)  # sorted order
+    return logits[torch.argsort(order)]
 
 
 def check(ok: bool, msg: str) -> None:
@@ -96,10 +122,11 @@ class Schedule(nn.Module):
     name = "base"
     needs_hidden = False  # does policy() read the hidden states?
 
-    def __init__(self, *, T_max: int = 20, active_set: bool = True):
+    def __init__(self, *, T_max: int = 20, active_set: bool = True, bptt_k: int = 0):
         super().__init__()
         check(T_max >= 1, f"T_max={T_max}: must be >= 1")
-        self.T_max, self.active_set = T_max, active_set
+        check(bptt_k >= 0, f"bptt_k={bptt_k}: must be >= 0 (0: backpropagate through every step)")
+        self.T_max, self.active_set, self.bptt_k = T_max, active_set, bptt_k
 
     def train_depth(self, Tn: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         raise NotImplementedError
@@ -109,8 +136,8 @@ class Schedule(nn.Module):
 
     def loss(self, model, x, y, Tn, gen):
         tau = self.train_depth(Tn, gen).to(x.device)  # (B,)
-        if self.active_set:
-            logits, evals = logits_at(model, x, tau), tau.float().mean().item()
+        if self.active_set or self.bptt_k:
+            logits, evals = logits_at(model, x, tau, self.bptt_k), tau.float().mean().item()
         else:
             traj, _ = unroll(model, x, int(tau.max()))  # (K, B, T, V)
             logits, evals = traj[tau - 1, torch.arange(len(tau), device=x.device)], tau.max().item()
@@ -181,6 +208,33 @@ class FixedWindow(Fixed):
     def train_depth(self, Tn, gen):
         # K = clip(c + D, 1, T_max)
         return (self.c + uniform_offsets(Tn, self.w, gen)).clamp(1, self.T_max)
+
+
+class LognormalPoisson(Schedule):
+    """The depth sampler of the recurrent-depth language model (Geiping et al. 2025, "Scaling up Test-Time
+    Compute with Latent Reasoning", section 3.3): input-independent, unlike the window, with a heavy tail;
+    test K = r_bar (their evaluation uses the mean recurrence). One depth per batch as in the paper
+    (r_per="batch"), or one per sample (r_per="sample")."""
+
+    name = "lognormal_poisson"
+
+    def __init__(self, *, r_bar: int = 10, sigma: float = 0.5, r_per: str = "batch", **base):
+        super().__init__(**base)
+        check(r_bar >= 1, f"r_bar={r_bar}: the mean depth must be >= 1")
+        check(sigma >= 0, f"sigma={sigma}: must be >= 0")
+        check(r_per in ("batch", "sample"), f"r_per={r_per!r}: choose from batch, sample")
+        self.r_bar, self.sigma, self.r_per = r_bar, sigma, r_per
+
+    def train_depth(self, Tn, gen):
+        n = 1 if self.r_per == "batch" else len(Tn)
+        # tau ~ Normal(log r_bar - sigma^2 / 2, sigma), so that E[exp(tau)] = r_bar
+        tau = math.log(self.r_bar) - self.sigma ** 2 / 2 + self.sigma * torch.randn(n, generator=gen, dtype=torch.float64)
+        # r = 1 + Poisson(exp(tau)), clipped to 1..T_max:  E[r] = 1 + r_bar before clipping
+        r = 1 + torch.poisson(tau.exp(), generator=gen)
+        return r.clamp(1, self.T_max).long().expand(len(Tn)).to(Tn.device)
+
+    def policy(self, Tn, T_test, hidden=None, mask=None):
+        return torch.full_like(Tn, min(self.r_bar, T_test))
 
 
 # === Weighted schedules: every depth of one trajectory ================================================
@@ -276,6 +330,8 @@ class HaltingHead(Schedule):
     def __init__(self, *, d_model: int, pad_id: int | None = None, **base):
         super().__init__(**base)
         check(self.T_max >= 2, f"T_max={self.T_max}: a halting head needs T_max >= 2")
+        check(not self.bptt_k, f"bptt_k={self.bptt_k}: truncated backpropagation needs a depth known before the "
+                               f"forward pass (fixed, matched, window, fixed_window, lognormal_poisson)")
         self.pad_id = pad_id
         self.head = nn.Linear(d_model, 1)  # q_phi
         # r_t ~ 1/T_max at the start: pi spreads over every depth (a bias of 0 gives r ~ 1/2, which puts
@@ -504,8 +560,65 @@ class ACT(HaltingHead):
         return act_weights(halt, self.eps)[0]
 
 
-SCHEDULES = {s.name: s for s in [Fixed, Matched, Window, FixedWindow, MultiDepth, FixedPrior, RLHalting,
-                                 PonderNet, ACT]}
+class TRMHalt(HaltingHead):
+    """The halting of the Tiny Recursive Model (Jolicoeur-Martineau 2025, "Less is More: Recursive Reasoning
+    with Tiny Networks", deep supervision and ACT sections): deep supervision over successive supervision
+    steps of trm_steps loop steps each, the state detached between them, and a halting head trained to
+    predict whether the current answer is exactly right. For supervision step s = 1, 2, ... (state H_{s-1}
+    detached, trm_steps loop steps with gradient, prediction yhat_s, halting logit a_s = q_phi(Pool(H_s))):
+
+        l_s = CE(yhat_s, y) + BCE(sigmoid(a_s), 1[yhat_s exactly right])
+
+    A sample stops being supervised once sigmoid(a_s) > 1/2 (it leaves the active set); at test it exits at
+    the first such step (T_test if none). The loss is the mean of l_s over every (sample, step) supervised.
+    Mapping onto this model: TRM's two latent states and its recursion cycles become trm_steps steps of the
+    one shared block, and TRM's optimizer step after every supervision step becomes one step per batch on
+    the summed losses (with the states detached the gradients are the same; the weights move once)."""
+
+    name = "trm_halt"
+
+    def __init__(self, *, trm_steps: int = 1, **base):
+        super().__init__(**base)
+        check(1 <= trm_steps <= self.T_max, f"trm_steps={trm_steps}: must be in 1..T_max ({self.T_max})")
+        self.m = trm_steps
+
+    def loss(self, model, x, y, Tn, gen):
+        mask = self.real(x)
+        h0 = h = model.embed(x)  # (B, T, D)
+        live = torch.arange(x.shape[0], device=x.device)  # the samples still supervised
+        total, ce_sum, bce_sum, n_sup, evals, depth = 0.0, 0.0, 0.0, 0, 0, torch.zeros(x.shape[0], device=x.device)
+        for s in range(1, self.T_max // self.m + 1):
+            h = h.detach()  # deep supervision: no gradient into earlier supervision steps
+            for j in range(self.m):
+                h = model.step(h, h0[live], (s - 1) * self.m + j + 1)
+            evals += self.m * len(live)
+            logits = model.readout(h)  # (b, T, V)
+            ce = per_sample_ce(logits, y[live])  # (b,)
+            right = ((logits.argmax(-1) == y[live]) | (y[live] == IGNORE)).all(-1).to(ce.dtype)  # 1[yhat_s right]
+            a = self.hazard_logits(pool(h, mask[live]))  # (b,)
+            # l_s = CE(yhat_s, y) + BCE(sigmoid(a_s), 1[yhat_s right])
+            bce = F.binary_cross_entropy_with_logits(a, right, reduction="none")
+            total = total + (ce + bce).sum()
+            ce_sum, bce_sum, n_sup = ce_sum + ce.sum().item(), bce_sum + bce.sum().item(), n_sup + len(live)
+            depth[live] = s * self.m
+            keep = a.detach() <= 0  # sigmoid(a_s) > 1/2: halt
+            live, h = live[keep], h[keep]
+            if not len(live):
+                break
+        loss = total / n_sup
+        return loss, {"loss": ce_sum / n_sup, "halt_loss": bce_sum / n_sup, "block_evals": evals / x.shape[0],
+                      "depth": depth.mean().item()}
+
+    def policy(self, Tn, T_test, hidden=None, mask=None):
+        # d(x) = m * min{s : sigmoid(a_s) > 1/2}, T_test if no supervision step halts
+        a = self.hazard_logits(pool(hidden[self.m:T_test + 1:self.m], mask))  # (S, B), steps m, 2m, ...
+        halt = a > 0
+        first = halt.int().argmax(0)  # the first halting supervision step (0 if none: checked below)
+        return torch.where(halt.any(0), (first + 1) * self.m, T_test)
+
+
+SCHEDULES = {s.name: s for s in [Fixed, Matched, Window, FixedWindow, LognormalPoisson, MultiDepth, FixedPrior,
+                                 RLHalting, PonderNet, ACT, TRMHalt]}
 
 
 def settings(name: str) -> list[str]:

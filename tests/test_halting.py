@@ -348,3 +348,121 @@ def test_rl_learns_dyck(tmp_path):
         torch.set_num_threads(threads)
     e = json.loads((tmp_path / "eval.json").read_text())
     assert e["metrics"]["policy_id"] >= 90
+
+
+# --- beyond the papers: lognormal_poisson, truncated backpropagation, trm_halt -----------------------
+
+@pytest.mark.parametrize("r_per", ["sample", "batch"])
+def test_lognormal_poisson_moments(r_per):
+    """r = 1 + Poisson(exp(tau)), tau ~ N(log r_bar - sigma^2/2, sigma): E[r] = 1 + r_bar and
+    Var[r] = r_bar + r_bar^2 (exp(sigma^2) - 1) (Poisson variance plus the variance of the rate)."""
+    s = make_schedule("lognormal_poisson", r_bar=10, sigma=0.5, r_per=r_per, T_max=10_000)
+    g = torch.Generator().manual_seed(21)
+    if r_per == "sample":
+        r = s.train_depth(torch.zeros(200_000, dtype=torch.long), g).double()
+    else:  # one depth per batch: every sample of a batch shares it
+        draws = [s.train_depth(torch.zeros(4, dtype=torch.long), g) for _ in range(40_000)]
+        assert all(len(set(d.tolist())) == 1 for d in draws[:100])
+        r = torch.stack([d[0] for d in draws]).double()
+    var = 10 + 100 * (math.exp(0.25) - 1)
+    se_mean, se_var = math.sqrt(var / len(r)), var * math.sqrt(2 / len(r)) * 3  # generous for the heavy tail
+    assert abs(r.mean().item() - 11) < 5 * se_mean and abs(r.var().item() - var) < 5 * se_var
+    clipped = make_schedule("lognormal_poisson", r_bar=10, T_max=12, r_per="sample").train_depth(torch.zeros(500, dtype=torch.long), g)
+    assert clipped.min() >= 1 and clipped.max() == 12  # clipped to T_max
+    assert make_schedule("lognormal_poisson", r_bar=7).policy(torch.tensor([3, 40]), 30).tolist() == [7, 7]
+
+
+class GainLoop(torch.nn.Module):
+    """A looped model with a parameter per step (gain[t]): its gradient says which steps were backpropagated."""
+
+    def __init__(self, V=6, D=8, T=12):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.emb = torch.nn.Parameter(torch.randn(V, D, generator=g))
+        self.mix = torch.nn.Parameter(torch.randn(D, D, generator=g) / D ** 0.5)
+        self.out = torch.nn.Parameter(torch.randn(D, V, generator=g))
+        self.gain = torch.nn.Parameter(torch.ones(T))
+
+    def embed(self, x):
+        return self.emb[x]
+
+    def step(self, h, h0, t):
+        return torch.tanh((h + h0) @ self.mix) * self.gain[t - 1]
+
+    def readout(self, h):
+        return h @ self.out
+
+
+@pytest.mark.parametrize("name", ["fixed", "window", "lognormal_poisson"])
+def test_truncated_backprop_zero_gradient_to_early_steps_same_loss(name):
+    x, y, _, Tn = batch(10, seed=22, n_max=10)
+    losses, grads_ = [], []
+    for k in (0, 3):
+        model = GainLoop()
+        knobs = dict(c=8, w=3, r_bar=7, T_max=12, bptt_k=k)
+        s = make_schedule(name, **{a: b for a, b in knobs.items() if a in halting.settings(name)})
+        loss, stats = s.loss(model, x, y, Tn, torch.Generator().manual_seed(23))
+        loss.backward()
+        losses.append(loss.item())
+        grads_.append(model.gain.grad.clone())
+    tau = s.train_depth(Tn, torch.Generator().manual_seed(23)).tolist()  # the depths both runs drew
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)  # the forward is the same
+    for t in range(1, 13):  # step t gets gradient iff it is among the last 3 steps of some sample
+        backprop = any(d - 3 < t <= d for d in tau)
+        assert (grads_[1][t - 1] != 0).item() == backprop, (t, tau)
+        if not any(t <= d for d in tau):
+            assert grads_[0][t - 1] == 0
+    assert (grads_[0][: min(tau)] != 0).all()  # full backpropagation reaches every step run
+
+
+def test_truncated_backprop_refused_where_the_depth_is_sampled_during_the_forward():
+    for name in ("rl", "ponder", "act", "trm_halt"):
+        with pytest.raises(ValueError, match="bptt_k"):
+            make_schedule(name, d_model=16, bptt_k=2)
+
+
+def trm_reference(s, model, x, y, m):
+    """trm_halt's loss, sample by sample, without an active set: the independent reference."""
+    terms = []
+    for i in range(len(x)):
+        xi, yi = x[i:i + 1], y[i:i + 1]
+        h0 = h = model.embed(xi)
+        for step in range(1, s.T_max // m + 1):
+            h = h.detach()
+            for j in range(m):
+                h = model.step(h, h0, (step - 1) * m + j + 1)
+            logits = model.readout(h)
+            right = ((logits.argmax(-1) == yi) | (yi == -100)).all(-1).double()
+            a = s.head(halting.pool(h, xi != PAD)).squeeze(-1)
+            terms.append(per_sample_ce(logits, yi) + torch.nn.functional.binary_cross_entropy_with_logits(a, right))
+            if a.item() > 0:
+                break
+    return torch.cat(terms).mean()
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_trm_halt_loss_matches_a_per_sample_reference(m):
+    x, y, _, Tn = batch(6, seed=24, n_max=8)
+    model = tiny_model()
+    s = make_schedule("trm_halt", T_max=9, d_model=16, pad_id=PAD, trm_steps=m).double()
+    with torch.no_grad():  # some samples halt early, others run to T_max
+        s.head.bias.fill_(0.0)
+        s.head.weight.normal_(0, 3.0, generator=torch.Generator().manual_seed(25))
+    loss, stats = s.loss(model, x, y, Tn, None)
+    assert loss.item() == pytest.approx(trm_reference(s, model, x, y, m).item(), rel=1e-9)
+    assert 1 <= stats["depth"] <= 9 and stats["block_evals"] <= 9
+    loss.backward()
+    assert s.head.weight.grad.abs().max() > 0  # the halting head learns from the BCE
+
+
+def test_trm_halt_exit_rule_hand_case():
+    s = make_schedule("trm_halt", T_max=6, d_model=16, pad_id=PAD, trm_steps=2).double()
+    with torch.no_grad():
+        s.head.weight.zero_(), s.head.bias.zero_()
+        s.head.weight[0, 0] = 1.0  # a_t = mean of feature 0 over real tokens
+    hidden = torch.full((9, 3, 4, 16), -1.0, dtype=torch.float64)  # steps 0..8; a < 0: no halt
+    hidden[4, 0, :, 0] = 2.0  # sample 0 halts at step 4 (the 2nd supervision step)
+    hidden[3, 1, :, 0] = 2.0  # sample 1: step 3 is not a supervision step (m = 2): ignored ...
+    hidden[6, 1, :, 0] = 2.0  # ... it halts at step 6
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    assert s.policy(None, 8, hidden=hidden, mask=mask).tolist() == [4, 6, 8]  # sample 2 never: T_test
