@@ -12,6 +12,8 @@ Benchmark of a training run's hot paths, side by side in one process, as one tab
         on top of it (activations, gradients); also for the unrolled step
     (e) tokens x loop steps per second: real (non-pad) tokens times their block applications, per second
     (f) what bf16 autocast and torch.compile (of the shared block) buy for the training step
+    (g) truncated backpropagation (--bptt_k, Geiping et al. 2025) against full backpropagation: time and
+        peak memory of the training step; the losses must agree (the forward is the same)
     pad the share of the linear layers' token-steps spent on padding (computed, not timed)
 
     python bench.py --threads 2                # train.py's default size (dyck, window w=5, d_model 64)
@@ -74,6 +76,7 @@ class Config:
     matmul_n: int = opt(1024, "size of the reference fp32 matmul (n x n x n)")
     bf16: bool = opt(True, "measure bf16 autocast in row (f)")
     compile: bool = opt(True, "measure torch.compile in row (f)")
+    bptt_k: int = opt(3, "row (g): backpropagate through the last k loop steps only (0: skip the row)")
     profile: bool = opt(False, "print the top ops of a short torch.profiler run of a step")
     quick: bool = opt(False, "tiny smoke setting: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()),
                       section="how it runs")
@@ -91,7 +94,8 @@ class Config:
 # The training-step variants, as train.py settings over the fp32 eager active-set step ("active"). All
 # run on the same batches and draw the same depths; compare_row (time per step, loss agreement) and
 # memory_row (peak bytes per step) make rows of them: a new variant is an entry here and two rows in bench().
-VARIANTS = {"active": {}, "unroll": {"active_set": False}, "bf16": {"amp": True}, "compile": {"compile": True}}
+VARIANTS = {"active": {}, "unroll": {"active_set": False}, "bf16": {"amp": True}, "compile": {"compile": True},
+            "bptt": {}}  # bptt: truncated backpropagation, bptt_k from the --bptt_k flag
 
 
 def train_config(cfg: Config, d_model: int) -> train.Config:
@@ -199,7 +203,7 @@ class Variant:
 
 def make_variant(name: str, cfg: Config, d_model: int, device: str) -> Variant:
     """VARIANTS[name] at width d_model, built by train.build: the same seed, the same initial weights."""
-    tcfg = dataclasses.replace(train_config(cfg, d_model), **VARIANTS[name])
+    tcfg = dataclasses.replace(train_config(cfg, d_model), **VARIANTS[name], **({"bptt_k": cfg.bptt_k} if name == "bptt" else {}))
     _, model, schedule = train.build(tcfg)
     model.to(device), schedule.to(device)
     if tcfg.compile:  # the shared block, in place, as train.py does (forward_depths calls it per loop step)
@@ -356,7 +360,7 @@ def bench(cfg: Config) -> list[list[str]]:
     batches = make_batches(task, base, cfg.warmup + cfg.iters, device)
 
     # (a), (f): the training-step variants at d_model, interleaved on the same batches
-    names = ["active", "unroll"] + ["bf16"] * cfg.bf16 + ["compile"] * cfg.compile
+    names = ["active", "unroll"] + ["bf16"] * cfg.bf16 + ["compile"] * cfg.compile + ["bptt"] * bool(cfg.bptt_k)
     variants = {n: make_variant(n, cfg, cfg.d_model, device) for n in names}
     run_variants(list(variants.values()), batches, cfg.warmup, device)
     act, unroll = variants["active"], variants["unroll"]
@@ -390,6 +394,12 @@ def bench(cfg: Config) -> list[list[str]]:
             t = statistics.median(p.times)
             rows[-1][-1] += (f"; compile + warm-up {p.warm_s:.1f} s (~{p.warm_s - cfg.warmup * t:.1f} s compiling); "
                              f"slowest timed step {1e3 * max(p.times):.0f} ms (recompiles for new shapes show here)")
+
+    # (g): truncated backpropagation through the last k steps against full backpropagation (same loss)
+    if "bptt" in variants:
+        rows += [compare_row("(g)", f"train step d{cfg.d_model}, backprop through the last {cfg.bptt_k} steps vs all",
+                             variants["bptt"], act, tol=1e-5),
+                 memory_row("(g)", variants["bptt"], batches[0], device)]
 
     wastes = [padding_waste(x.cpu(), d) for (x, _, _), d in zip(batches, act.depths)]
     waste = {k: statistics.fmean(w[k] for w in wastes) for k in wastes[0]}
