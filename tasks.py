@@ -151,18 +151,22 @@ class Dyck(Task):
 class ParityPrefix(Task):
     """Prefix parity (a CPU-friendly extra). n = string length; T(n) = n.
 
-    Answer at every bit position: the XOR of the bits so far.
-        x: 1 0 1 1  ->  y: 1 1 0 1
+    Prompt: a start token '^', then n bits. Answer at every bit position: the XOR of the bits so far.
+        x: ^ 1 0 1 1  ->  y: . 1 1 0 1
+    Why the start token: without positional encoding, causal attention sees a prefix only as a bag of
+    tokens, so all positions of a constant run ('1 1 1 1') get identical states and the same answer,
+    while the right answers alternate (1 0 1 0): every string starting '1 1' would be wrong, a 75%
+    ceiling. Attention to '^' carries 1/(i+1) at position i, which tells the positions apart.
     """
 
-    name, symbols = "parity_prefix", ["0", "1"]
+    name, symbols = "parity_prefix", ["0", "1", "^"]
 
     def _sample(self, n, gen):
         bits, y, p = randbits(n, gen), [], 0
         for b in bits:
             p ^= b
             y.append(p)
-        return self.tok(bits), self.tok(y)
+        return self.tok(["^"] + bits), [IGNORE] + self.tok(y)
 
 
 class Copy(Task):

@@ -151,7 +151,9 @@ def section(task: str, rows: dict) -> list[str]:
               f"{cfg['test_lengths']}, {cfg['eval_samples']} test samples per length); one thread per run, "
               f"{e0['env']['hardware'] or 'CPU'}, torch {e0['env']['torch']}; training time per run "
               f"{min(minutes):.1f}-{max(minutes):.1f} min. Paper rows: paper scale, 18 or 32 seeds.", "",
-              f"![{task}: Oracle OOD per seed](study/{task}.png)", "", "Tests between rows (per-seed values):", ""]
+              f"![{task}: Oracle OOD per seed](study/{task}.png)", ""]
+    if any(a in rows and b in rows for a, b in PAIRS):
+        lines += ["Tests between rows (per-seed values):", ""]
     for a, b in PAIRS:
         if a in rows and b in rows:
             parts = []
@@ -163,8 +165,10 @@ def section(task: str, rows: dict) -> list[str]:
     power = power_lines(rows)
     if power:
         lines += ["", "Power of the spread test, estimated by resampling the first 8 seeds of each row:", ""] + power
-    lines += ["", "| claim of the primary paper | verdict on this task |", "|---|---|"]
-    lines += [f"| {c} | {v} |" for c, v in claims(rows)]
+    verdicts = claims(rows)
+    if verdicts:
+        lines += ["", "| claim of the primary paper | verdict on this task |", "|---|---|"]
+        lines += [f"| {c} | {v} |" for c, v in verdicts]
     return lines + [""]
 
 

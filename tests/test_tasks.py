@@ -26,7 +26,7 @@ def ref_dyck(s):
 
 
 def ref_parity_prefix(bits):
-    return bits, [str(sum(int(b) for b in bits[:i + 1]) % 2) for i in range(len(bits))]
+    return ["^"] + bits, [None] + [str(sum(int(b) for b in bits[:i + 1]) % 2) for i in range(len(bits))]
 
 
 def ref_copy(bits):
@@ -89,7 +89,9 @@ def ref_mano(expr, p=23):
 def reference(name, n, x):
     """Split a sampled prompt into its content (as the task defines it for length n) and rebuild the
     expected x and y independently."""
-    if name in ("dyck", "parity_prefix", "copy", "parity", "unique_set", "binary_sum"):
+    if name == "parity_prefix":
+        return ref_parity_prefix(x[1:n + 1])
+    if name in ("dyck", "copy", "parity", "unique_set", "binary_sum"):
         return globals()[f"ref_{name}"](x[:n])
     if name == "addition":
         return ref_addition(x[:n], x[n + 1:2 * n + 1])
@@ -245,6 +247,8 @@ def test_batch_invariants(name):
         assert (yi[L:] == IGNORE).all()
         scored = yi[:L] != IGNORE
         slot = xi[:L] == task.stoi["_"] if name in SLOT_TASKS else torch.ones(L, dtype=torch.bool)
+        if name == "parity_prefix":  # every bit is scored, the start token is not
+            slot = xi[:L] != task.stoi["^"]
         assert torch.equal(scored, slot), f"{name} n={k}: IGNORE exactly at the unscored positions"
         assert ((yi[:L][scored] >= 1) & (yi[:L][scored] < len(task.vocab))).all()  # valid, never PAD
         xs = [task.vocab[t] for t in xi[:L]]
