@@ -39,8 +39,8 @@ class HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     """--help shows every default and keeps the docstring's line breaks."""
 
 
-def parser(cls, prog: str, doc: str = "") -> Parser:
-    p = Parser(prog=prog, description=doc, formatter_class=HelpFormat, allow_abbrev=False)
+def parser(cls, prog: str, doc: str = "", epilog: str = "") -> Parser:
+    p = Parser(prog=prog, description=doc, epilog=epilog, formatter_class=HelpFormat, allow_abbrev=False)
     group = p
     for f in dataclasses.fields(cls):
         if "section" in f.metadata:
@@ -55,9 +55,9 @@ def parser(cls, prog: str, doc: str = "") -> Parser:
     return p
 
 
-def parse(cls, argv=None, prog: str = "", doc: str = "", presets=None):
+def parse(cls, argv=None, prog: str = "", doc: str = "", presets=None, epilog: str = ""):
     """cls(**flags). presets: optional function (namespace of a first parse) -> {field: default}."""
-    p = parser(cls, prog, doc)
+    p = parser(cls, prog, doc, epilog)
     if presets is not None:
         first, _ = p.parse_known_args(argv)
         p.set_defaults(**presets(first))

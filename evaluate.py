@@ -67,6 +67,8 @@ def trajectory_correct(model, schedule, x, y, Tn, T_test):
 @torch.no_grad()
 def score_sets(model, schedule, sets: dict, T_test: int, batch_size: int, device: str) -> dict:
     """{n: {"exact": (K, B) bool, "flip": (K-1, B) bool, "depth": (B,)}} on the CPU, for sets {n: (x, y, n, Tn)}."""
+    if hasattr(schedule, "score_set"):  # the NTP baselines (ntp.py): greedy decoding at one fixed depth, K = 1 row
+        return {n: schedule.score_set(model, x, y, batch_size, device) for n, (x, y, _, _) in sets.items()}
     out = {}
     for n, (x, y, _, Tn) in sets.items():
         parts = []
@@ -117,6 +119,10 @@ def evaluate(model, schedule, task, test_sets: dict, val_sets: dict, T_test: int
     val = score_sets(model, schedule, val_sets, T_test, batch_size, device)
     model.train(was_training)
     lengths = sorted(test_sets)
+    # the depths of the K axis: 1..T_test from one looped pass; one fixed depth c for the NTP baselines, whose
+    # oracle, val-K, ID-K and policy all collapse to the accuracy at c (and T(n) accuracy does not apply)
+    fixed = hasattr(schedule, "score_set")
+    K = [schedule.depth] if fixed else list(range(1, T_test + 1))
     hard = {n: [task.hard(x) for _, x, _ in samples({n: test_sets[n]})] for n in lengths}
     has_hard = any(h is not None for hs in hard.values() for h in hs)
     rows = []
@@ -124,9 +130,10 @@ def evaluate(model, schedule, task, test_sets: dict, val_sets: dict, T_test: int
         exact, d = test[n]["exact"].float(), test[n]["depth"]
         policy_ok = exact[d - 1, torch.arange(len(d))]  # (B,)
         row = {"acc": exact.mean(1).tolist(), "val_acc": val[n]["exact"].float().mean(1).tolist(),
-               "tn_acc": exact[min(task.T(n), T_test) - 1].mean().item(),
+               "tn_acc": exact[min(task.T(n), T_test) - 1].mean().item() if not fixed else None,
                "per_sample_oracle": exact.max(0).values.mean().item(), "policy_acc": policy_ok.mean().item(),
-               "policy_depth": d.float().mean().item(), "flip": test[n]["flip"].float().mean(1).tolist()}
+               "policy_depth": torch.tensor(K)[d - 1].float().mean().item(),  # K[d-1]: the depth itself
+               "flip": test[n]["flip"].float().mean(1).tolist()}
         if has_hard:
             h = torch.tensor(hard[n], dtype=torch.bool)
             row["hard_frac"] = h.float().mean().item()
@@ -134,9 +141,9 @@ def evaluate(model, schedule, task, test_sets: dict, val_sets: dict, T_test: int
             row["policy_hard_acc"] = policy_ok[h].mean().item() if h.any() else None
         rows.append(row)
     shortcuts = shortcut_scores(task, test_sets)
-    return {"lengths": lengths, "K": list(range(1, T_test + 1)), "acc": [r["acc"] for r in rows],
+    return {"lengths": lengths, "K": K, "acc": [r["acc"] for r in rows],
             "val_acc": [r["val_acc"] for r in rows], "hard_acc": [r.get("hard_acc") for r in rows] if has_hard else None,
-            "shortcuts": shortcuts, "metrics": metrics(lengths, rows, shortcuts, n_max)}
+            "shortcuts": shortcuts, "metrics": metrics(lengths, rows, shortcuts, n_max, K)}
 
 
 # --- metrics --------------------------------------------------------------------------------------
@@ -157,8 +164,10 @@ def argmax_first(v: list[float]) -> int:
     return max(range(len(v)), key=lambda k: (v[k], -k))
 
 
-def metrics(lengths: list[int], rows: list[dict], shortcuts: dict, n_max: int) -> dict:
-    """Every summary of the per-length rows. Accuracies in %, Gap in pp; None where nothing was tested."""
+def metrics(lengths: list[int], rows: list[dict], shortcuts: dict, n_max: int, K: list[int] = None) -> dict:
+    """Every summary of the per-length rows. Accuracies in %, Gap in pp; None where nothing was tested.
+    K: the depth of each column of acc (default 1, 2, ..); one column for a fixed-depth model."""
+    K = K or list(range(1, len(rows[0]["acc"]) + 1))
     ood = [i for i, n in enumerate(lengths) if n > n_max]
     ind = [i for i, n in enumerate(lengths) if n <= n_max]
 
@@ -177,8 +186,8 @@ def metrics(lengths: list[int], rows: list[dict], shortcuts: dict, n_max: int) -
     policy = [r["policy_acc"] for r in rows]
     flip_idx = ood or ind
     flip_curve = [statistics.fmean(rows[i]["flip"][k] for i in flip_idx) for k in range(len(acc[0]) - 1)]
-    m = {"oracle": oracle, "policy": policy, "val_k": [k + 1 for k in val_k], "val_k_acc": val_k_acc,
-         "id_k": None if id_k is None else id_k + 1, "id_k_acc": id_k_acc,
+    m = {"oracle": oracle, "policy": policy, "val_k": [K[k] for k in val_k], "val_k_acc": val_k_acc,
+         "id_k": None if id_k is None else K[id_k], "id_k_acc": id_k_acc,
          "tn_acc": [r["tn_acc"] for r in rows], "per_sample_oracle": [r["per_sample_oracle"] for r in rows],
          "policy_depth": [r["policy_depth"] for r in rows], "stable_interval": [sum(a >= 0.9 for a in x) for x in acc],
          "oracle_ood": pct(oracle, ood), "oracle_id": pct(oracle, ind), "val_k_ood": pct(val_k_acc, ood),
@@ -186,7 +195,7 @@ def metrics(lengths: list[int], rows: list[dict], shortcuts: dict, n_max: int) -
          "tn_ood": pct([r["tn_acc"] for r in rows], ood),
          "per_sample_oracle_ood": pct([r["per_sample_oracle"] for r in rows], ood),
          "front90": front90([lengths[i] for i in ood], [oracle[i] for i in ood]),
-         "flip_curve": flip_curve, "flip_rate": statistics.fmean(flip_curve) if flip_curve else 0.0,
+         "flip_curve": flip_curve, "flip_rate": statistics.fmean(flip_curve) if flip_curve else None,
          "policy_depth_ood": None if not ood else statistics.fmean(rows[i]["policy_depth"] for i in ood)}
     m["gap"] = None if m["oracle_ood"] is None else m["oracle_ood"] - m["policy_ood"]
     # shortcuts: each predictor's ID / OOD exact match, and the best of them
@@ -223,7 +232,7 @@ def format_run(e: dict) -> str:
              f"  OOD: oracle {vs_shortcut(m['oracle_ood'], m['shortcut_ood'])}  val-K {fmt(m['val_k_ood'])}%  "
              f"ID-K {fmt(m['id_k_ood'])}% (K={m['id_k']})  policy {fmt(m['policy_ood'])}%  gap {fmt(m['gap'])} pp  "
              f"T(n) {fmt(m['tn_ood'])}%  per-sample oracle {fmt(m['per_sample_oracle_ood'])}%",
-             f"       front@90 {fmt(m['front90'], '')}  flip rate {m['flip_rate']:.3f}  exit depth {fmt(m['policy_depth_ood'])}",
+             f"       front@90 {fmt(m['front90'], '')}  flip rate {fmt(m['flip_rate'], '.3f')}  exit depth {fmt(m['policy_depth_ood'])}",
              f"  shortcut (OOD): {cuts}"]
     if "oracle_hard_ood" in m:
         lines.append(f"  hard subset (OOD): oracle {fmt(m['oracle_hard_ood'])}%  val-K {fmt(m['val_k_hard_ood'])}%  "
@@ -349,6 +358,9 @@ def main(argv=None) -> None:
             if not os.access(e["run_dir"], os.W_OK):
                 raise ValueError(f"{e['run_dir']}: not writable (readouts.json goes there)")
             cfg, task, model, schedule = load_run(e["run_dir"])
+            if hasattr(schedule, "score_set"):
+                raise ValueError(f"{e['run_dir']}: readouts stop a looped trajectory of one-shot predictions; "
+                                 f"{cfg['schedule']} (ntp.py) generates its answer at one fixed depth")
             model.to(args.device), schedule.to(args.device)
             lengths, n = e["lengths"], args.samples or cfg["eval_samples"]
             # three disjoint draws of the test grid: test (the sets of eval.json), val (thresholds), fit (gates)

@@ -19,6 +19,7 @@ import re
 
 import torch
 
+import ntp
 from halting import make_schedule, settings
 from tasks import PAD, get_task, task_kwargs
 
@@ -89,10 +90,13 @@ def validate(cfg) -> None:
         raise ValueError(f"--test_lengths {cfg.test_lengths!r}: must be comma-separated integers")
     task = get_task(cfg.task, **task_kwargs(cfg.task, dataclasses.asdict(cfg)))
     knobs = {**dataclasses.asdict(cfg), "c": cfg.c or cfg.T_max, "pad_id": PAD}
-    try:  # the schedule checks its own knobs; its messages name them as name=value
-        make_schedule(cfg.schedule, **{k: knobs[k] for k in settings(cfg.schedule)})
-    except ValueError as err:
-        raise ValueError(f"--{err}") from None
+    if cfg.schedule in ntp.SCHEDULES:  # the NTP baselines (ntp.py): their messages name the flags
+        ntp.make(cfg.schedule, dataclasses.asdict(cfg), task)
+    else:
+        try:  # the schedule checks its own knobs; its messages name them as name=value
+            make_schedule(cfg.schedule, **{k: knobs[k] for k in settings(cfg.schedule)})
+        except ValueError as err:
+            raise ValueError(f"--{err}") from None
     for n in ns + [cfg.n_min, cfg.n_max]:
         task.check_length(n)
     device = pick_device(cfg.device)
@@ -108,6 +112,7 @@ def check_memory(cfg, task, n_longest: int, device: str) -> None:
     float: training keeps ~20 D-sized activations and the attention scores per token, layer and step;
     evaluation keeps the trajectory's hidden states and logits."""
     S = len(task.sample(n_longest, torch.Generator().manual_seed(0), test=True)[0])  # longest sequence
+    S += cfg.n_pause if cfg.schedule == "ntp_pause" else 0  # the pause tokens of ntp_pause
     V, D = len(task.vocab), cfg.d_model
     train = 4 * cfg.batch_size * S * cfg.T_max * cfg.n_layer * (20 * D + 2 * cfg.n_head * S)
     evaluation = 4 * cfg.eval_batch_size * S * (cfg.T_test * (D + V) + 20 * D + 2 * cfg.n_head * S)

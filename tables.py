@@ -20,6 +20,7 @@ import json
 import os
 import statistics
 
+import ntp
 import stats
 from evaluate import fmt, front90
 from halting import SCHEDULES, settings
@@ -27,15 +28,17 @@ from tasks import TASKS
 
 BOOKKEEPING = {"seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
                "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset"}
-SCHEDULE_KNOBS = {k for s in SCHEDULES for k in settings(s)} - {"T_max", "d_model", "pad_id", "active_set"}
+NTP_KNOBS = {"n_pause", "ntp_greedy"}  # the settings of ntp.py's baselines alone
+SCHEDULE_KNOBS = ({k for s in SCHEDULES for k in settings(s)} | NTP_KNOBS) - {"T_max", "d_model", "pad_id", "active_set"}
 TASK_KNOBS = {k for t in TASKS.values() for k in t.knobs}
-PRIMARY = {"fixed": ("c",), "fixed_window": ("c", "w"), "window": ("w",), "multidepth": ("w",)}
+PRIMARY = {"fixed": ("c",), "fixed_window": ("c", "w"), "window": ("w",), "multidepth": ("w",),
+           "ntp": ("c",), "ntp_pause": ("c", "n_pause"), "ntp_loop": ("c",)}
 
 
 def run_key(e: dict) -> tuple:
     """The settings that define a run's experiment, as a sorted tuple of (name, value)."""
     c, s, t = e["config"], e["schedule"], e["task"]
-    own = set(settings(s)) if s in SCHEDULES else set()
+    own = set(settings(s)) if s in SCHEDULES else set(ntp.SETTINGS.get(s, ()))
     drop = BOOKKEEPING | (SCHEDULE_KNOBS - own) | (TASK_KNOBS - set(TASKS[t].knobs if t in TASKS else ()))
     return tuple(sorted((k, v) for k, v in {**c, "task": t, "schedule": s}.items() if k not in drop))
 
@@ -134,7 +137,10 @@ def comparisons(rows: list[dict]) -> list[str]:
 def table(groups: dict, paper: bool = False):
     """(markdown, JSON rows) of grouped runs, the significance lines below the table. With paper, the
     published row of the same (task, setting) follows ours, and the other published rows of our tasks last."""
-    rows = [{**table_row(g), "setting": label} for (task, label), g in groups.items()]
+    # a model scored at one fixed depth (the NTP baselines) has no K axis: its oracle, val-K and policy coincide
+    one_depth = lambda g: len(g[0].get("K", ())) == 1
+    rows = [{**table_row(g), "setting": label + (" (one depth: oracle = policy)" if one_depth(g) else "")}
+            for (task, label), g in groups.items()]
     published = paper_rows() if paper else []
     hard = any(r["oracle_hard_ood"] is not None for r in rows)
     lines = ["| " + " | ".join(HEADER + (["hard: Oracle / val-K / policy"] if hard else [])) + " |",

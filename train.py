@@ -27,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 import evaluate
+import ntp
 import rundir
 import tables
 from cli import atomic_write, opt, parse, run, write_json
@@ -38,8 +39,10 @@ from tasks import PAD, TASKS, curriculum_n_max, eval_set, get_task, task_kwargs,
 @dataclass
 class Config:
     task: str = opt("dyck", "task name", choices=list(TASKS), section="what to train")
-    schedule: str = opt("window", "stop schedule", choices=list(SCHEDULES))
-    c: int = opt(0, "the constant depth c of fixed and fixed_window (the papers' 'fixed K = c'); 0: T_max")
+    schedule: str = opt("window", "stop schedule, or an autoregressive baseline (ntp, ntp_pause, ntp_loop: ntp.py)",
+                        choices=list(SCHEDULES) + list(ntp.SCHEDULES))
+    c: int = opt(0, "the constant depth c of fixed and fixed_window (the papers' 'fixed K = c') and of the NTP "
+                    "baselines (ntp, ntp_pause: c blocks of n_layer layers; ntp_loop: c loops); 0: T_max")
     w: int = opt(5, "window half-width: D ~ Unif{-w..w} (window, fixed_window, multidepth)")
     T_max: int = opt(20, "training truncation: no training depth exceeds T_max")
     T_test: int = opt(30, "test-time maximum depth; every test depth is clipped to 1..T_test")
@@ -57,6 +60,10 @@ class Config:
     prior: str = opt("geometric", "fixed_prior: input-independent depth prior", choices=["uniform", "geometric"])
     tau_act: float = opt(0.01, "act: ponder-cost weight tau")
     act_eps: float = opt(0.01, "act: halt once the cumulative halting probability reaches 1 - act_eps")
+    n_pause: int = opt(20, "ntp_pause: pause tokens between the prompt and the answer (our choice, = T_max: the "
+                           "paper does not state its count)")
+    ntp_greedy: bool = opt(False, "ntp*: score by literal greedy decoding (re-runs the prefix for every answer token) "
+                                  "instead of one teacher-forced pass, which gives the same exact match")
     r_bar: int = opt(10, "lognormal_poisson: mean depth r_bar (test depth too)")
     sigma: float = opt(0.5, "lognormal_poisson: spread of the log-normal rate")
     r_per: str = opt("batch", "lognormal_poisson: one depth per batch (the paper) or per sample", choices=["batch", "sample"])
@@ -113,9 +120,16 @@ PAPER = dict(V=50, d_model=256, n_head=8, n_layer=3, max_iters=100_000, batch_si
              warmup_iters=1000, eval_samples=512, log_interval=200, eval_interval=5000, ckpt_interval=2000)
 
 
+def recipes_text() -> str:
+    lines = ["CPU recipes (--preset cpu, the default): what --task T sets unless a flag says otherwise"]
+    for task, r in RECIPES.items():
+        lines.append(f"  {task:15} " + (" ".join(f"--{k} {v}" for k, v in r.items()) or "the defaults above"))
+    return "\n".join(lines)
+
+
 def parse_args(argv=None) -> Config:
     """Flags over the preset over the defaults: a preset sets defaults, so an explicit flag always wins."""
-    return parse(Config, argv, prog="train.py", doc=__doc__,
+    return parse(Config, argv, prog="train.py", doc=__doc__, epilog=recipes_text(),
                  presets=lambda a: PAPER if a.preset == "paper" else RECIPES.get(a.task, {}))
 
 
@@ -146,6 +160,10 @@ def build(cfg: Config):
     task = get_task(cfg.task, **task_kwargs(cfg.task, dataclasses.asdict(cfg)))
     s = seeds_of(cfg)
     torch.manual_seed(stream(s["model"], "model"))
+    if cfg.schedule in ntp.SCHEDULES:  # the autoregressive baselines build their own model (ntp.py)
+        model, schedule = ntp.build(dataclasses.asdict(cfg), task)
+        torch.manual_seed(stream(s["torch"], "torch"))
+        return task, model, schedule
     model = LoopedTransformer(ModelConfig(vocab_size=len(task.vocab), d_model=cfg.d_model, n_head=cfg.n_head,
                                           n_layer=cfg.n_layer, dropout=cfg.dropout, inject=cfg.inject,
                                           looped=cfg.looped, n_loops=trained_depth(cfg)))
