@@ -138,8 +138,10 @@ def read_json(path: str):
 
 
 def differences(saved: dict, cfg) -> list[str]:
-    """The settings of a saved run that differ from cfg, except the harmless ones."""
+    """The settings of a saved run that differ from cfg, except the harmless ones. A setting the saved
+    run does not know (added later, off by default) counts as its default."""
     now = dataclasses.asdict(cfg)
+    saved = {**dataclasses.asdict(type(cfg)()), **saved}
     return [f"{k}={saved.get(k)!r} (now {v!r})" for k, v in now.items() if k not in HARMLESS and saved.get(k) != v]
 
 

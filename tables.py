@@ -16,6 +16,7 @@ between the rows of its task.
     hard          Oracle / val-K / policy OOD on the task's hard subset (dyck, multiplication)
 """
 
+import dataclasses
 import json
 import os
 import statistics
@@ -36,8 +37,10 @@ PRIMARY = {"fixed": ("c",), "fixed_window": ("c", "w"), "window": ("w",), "multi
 
 
 def run_key(e: dict) -> tuple:
-    """The settings that define a run's experiment, as a sorted tuple of (name, value)."""
-    c, s, t = e["config"], e["schedule"], e["task"]
+    """The settings that define a run's experiment, as a sorted tuple of (name, value). A setting the run
+    does not know (added to train.py later, off by default) counts as its default."""
+    import train  # train.py imports this file: its defaults are looked up when a table is made
+    c, s, t = {**dataclasses.asdict(train.Config()), **e["config"]}, e["schedule"], e["task"]
     own = set(settings(s)) if s in SCHEDULES else set(ntp.SETTINGS.get(s, ()))
     drop = BOOKKEEPING | (SCHEDULE_KNOBS - own) | (TASK_KNOBS - set(TASKS[t].knobs if t in TASKS else ()))
     return tuple(sorted((k, v) for k, v in {**c, "task": t, "schedule": s}.items() if k not in drop))

@@ -358,3 +358,17 @@ def test_sigint_from_the_shell(tmp_path):
     p.send_signal(signal.SIGINT)
     err = p.communicate(timeout=120)[1]
     assert p.returncode == 130 and len(err.strip().splitlines()) == 1 and "interrupted" in err, err[-2000:]
+
+
+def test_a_run_from_before_a_new_setting_still_resumes_and_groups(base, tmp_path, capsys):
+    """A setting added to train.py later (off by default) must not make older runs foreign."""
+    d = copy_run(base, tmp_path / "old")
+    for f in ("config.json", "eval.json"):
+        saved = json.load(open(d / f))
+        (saved.get("config", saved)).pop("bptt_k")
+        (d / f).write_text(json.dumps(saved))
+    assert train.cli(TINY + ["--out_dir", str(d), "--resume"]) == 0  # finished: reported again
+    assert "finished earlier" in capsys.readouterr().out
+    copy_run(base, tmp_path / "new")
+    assert evaluate.cli([str(tmp_path / "old"), str(tmp_path / "new")]) == 0
+    assert "| dyck | window w=5 | 2 |" in capsys.readouterr().out  # one row of two runs
