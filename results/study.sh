@@ -4,13 +4,14 @@
 #   bash results/study.sh                  # train every missing seed (finished ones are skipped), then the tables
 #   bash results/study.sh --tables-only    # regenerate results/README.md's study tables and plots from the JSON
 #   NPROC=1 bash results/study.sh          # torchrun ranks of one thread each (default 2: one per core)
-#   STAGE=dyck bash results/study.sh       # only the runs of one stage (dyck, ...), then the tables
+#   STAGE=2 bash results/study.sh          # only one stage (1-7, below), then the tables
 #
 # Every run is `python train.py --task TASK ...` with the task's CPU recipe; seed k of every row starts
 # from the same initial weights and sees the same batches (controlled seeds). A run writes
 # results/study/TASK/ROW/seed{k}/{config.json, eval.json, metrics.jsonl} (committed) and ckpt.pt
 # (git-ignored). A killed study resumes where it stopped: `--resume` continues a run from its checkpoint
-# and skips a finished one.
+# and skips a finished one. Tasks: dyck (its hard subset reported) and copy, the depth-matters task
+# (results/README.md, "What learns"), both at their CPU recipes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NPROC=${NPROC:-2}
@@ -24,20 +25,42 @@ row() {  # row TASK NAME SEEDS FLAGS...: seeds 0..SEEDS-1 of one table row
     || { echo "row $task $name failed: see results/study/logs/$task-$name.log"; exit 1; }
   echo "$(date +%H:%M) $task $name: $seeds seeds"
 }
+main_rows() {  # main_rows TASK SEEDS: fixed K = T_max, matched, window w = 5, rl (lambda_ent 0.001)
+  row "$1" fixed "$2" --schedule fixed
+  row "$1" matched "$2" --schedule matched
+  row "$1" window "$2" --schedule window --w 5
+  row "$1" rl "$2" --schedule rl --lambda_ent 0.001
+}
+stage() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
 
 if [ "${1:-}" != "--tables-only" ]; then
   mkdir -p results/study/logs
-  if [ "$STAGE" = all ] || [ "$STAGE" = dyck ]; then
-    # the four main rows: 8 seeds each first (the power estimate), then 16
-    for n in 8 16; do
-      row dyck fixed "$n" --schedule fixed
-      row dyck matched "$n" --schedule matched
-      row dyck window "$n" --schedule window --w 5
-      row dyck rl "$n" --schedule rl --lambda_ent 0.001
+  if stage 1; then main_rows dyck 8; fi       # 8 seeds per main row first: the power estimate
+  if stage 2; then main_rows copy 8; fi
+  if stage 3; then main_rows dyck 16; fi
+  if stage 4; then main_rows copy 16; fi
+  if stage 5; then                            # the paper's ablations, on the depth-matters task
+    row copy rl_ent0 8 --schedule rl --lambda_ent 0
+    row copy rl_ent0.1 8 --schedule rl --lambda_ent 0.1
+    row copy rl_tmax5 8 --schedule rl --T_max 5
+    row copy rl_tmax10 8 --schedule rl --T_max 10
+    row copy window_fixed_init 8 --schedule window --init_seed 0   # initialisation fixed, data order varies
+    row copy window_fixed_data 8 --schedule window --data_seed 0   # data order fixed, initialisation varies
+  fi
+  if stage 6; then                            # the other schedules of the paper
+    for t in dyck copy; do
+      row "$t" fixed_window 8 --schedule fixed_window --w 5
+      row "$t" multidepth 8 --schedule multidepth --w 5
+      row "$t" ponder 8 --schedule ponder
     done
-    row dyck fixed_window 8 --schedule fixed_window --c 20 --w 5
-    row dyck multidepth 8 --schedule multidepth --w 5
-    row dyck ponder 8 --schedule ponder
+  fi
+  if stage 7; then                            # today's recursive-depth stopping rules, and truncated backprop
+    row copy lognormal_poisson 8 --schedule lognormal_poisson --r_bar 6
+    row copy trm_halt 8 --schedule trm_halt
+    row dyck lognormal_poisson 8 --schedule lognormal_poisson --r_bar 10
+    row dyck trm_halt 8 --schedule trm_halt
+    row dyck window_bptt3 1 --schedule window --w 5 --bptt_k 3
+    row copy window_bptt3 1 --schedule window --w 5 --bptt_k 3
   fi
 fi
 python results/study.py
