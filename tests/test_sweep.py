@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -13,6 +14,7 @@ TINY = ["--max_iters", "6", "--d_model", "16", "--n_head", "2", "--n_layer", "1"
         "--eval_interval", "6", "--threads", "1"]
 
 
+@pytest.mark.slow  # ~15 s of process start-up; the reproduction study runs every row through torchrun
 def test_torchrun_two_ranks_matches_single_process(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     sweep = tmp_path / "sweep"

@@ -1,0 +1,82 @@
+"""The "What learns" table of results/README.md (between `<!-- recipes:begin -->` and
+`<!-- recipes:end -->`) and its plots, from results/recipes/TASK/{eval.json, metrics.jsonl, config.json}
+(written by results/recipes.sh): per task, its CPU recipe, the in-distribution exact match, the OOD
+numbers beside the best shortcut, and accuracy against the number of loops K at one OOD length.
+
+    python results/recipes.py
+"""
+
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import evaluate  # noqa: E402
+import train  # noqa: E402
+
+DIR = os.path.join(ROOT, "results", "recipes")
+README = os.path.join(ROOT, "results", "README.md")
+
+
+def fmt(v, spec=".1f"):
+    return "-" if v is None else format(v, spec)
+
+
+def depth_row(e: dict):
+    """(n, [acc at K = 1, T(n)/2, T(n), T_test]) at the OOD length nearest twice n_max."""
+    ood = [n for n in e["lengths"] if n > e["n_max"]]
+    n = min(ood, key=lambda m: abs(m - 2 * e["n_max"]))
+    acc, K = e["acc"][e["lengths"].index(n)], e["K"]
+    Tn = min(n * (e["config"].get("m_test", 1) if e["task"] == "multiplication" else 1), K[-1])
+    ks = sorted({1, max(1, Tn // 2), Tn, K[-1]})
+    return n, [(k, acc[k - 1]) for k in ks]
+
+
+def plots(rows: dict) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for task, e in rows.items():
+        n, _ = depth_row(e)
+        fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
+        i = e["lengths"].index(n)
+        ax[0].plot(e["K"], e["acc"][i], marker=".", label=f"n = {n} (OOD)")
+        ax[0].plot(e["K"], e["acc"][e["lengths"].index(max(m for m in e["lengths"] if m <= e["n_max"]))],
+                   marker=".", label="longest ID length")
+        ax[0].set(xlabel="loop steps K", ylabel="exact match", ylim=(-0.02, 1.02), title=f"{task}: accuracy vs K")
+        ax[0].legend(fontsize=8)
+        log = [json.loads(l) for l in open(os.path.join(DIR, task, "metrics.jsonl")) if '"id_acc"' in l]
+        ax[1].plot([r["step"] for r in log], [r["id_acc"] for r in log], marker=".")
+        ax[1].set(xlabel="training step", ylabel="ID exact match (%)", ylim=(-2, 102), title="learning curve")
+        fig.tight_layout()
+        fig.savefig(os.path.join(DIR, f"{task}.png"), dpi=100, metadata={"Software": None})
+        plt.close(fig)
+
+
+def main() -> None:
+    rows = {t: evaluate.load_eval(os.path.join(DIR, t)) for t in train.RECIPES if os.path.isfile(os.path.join(DIR, t, "eval.json"))}
+    lines = ["| task | recipe (`python train.py --task T` sets) | steps | minutes | ID | Oracle OOD | val-K OOD | "
+             "shortcut OOD | Front@90 | acc vs K at one OOD length |", "|---" * 10 + "|"]
+    for task, e in rows.items():
+        m, r = e["metrics"], train.RECIPES[task]
+        n, ks = depth_row(e)
+        recipe = " ".join(f"--{k} {v}" for k, v in r.items() if k != "test_lengths") or "the defaults"
+        lines.append(f"| {task} | {recipe} | {e['steps']} | {e['train_time_s'] / 60:.1f} | {fmt(m['policy_id'])} | "
+                     f"{evaluate.vs_shortcut(m['oracle_ood'], m['shortcut_ood'])} | {fmt(m['val_k_ood'])} | "
+                     f"{fmt(m['shortcut_ood'])} ({m['shortcut_ood_name']}) | {fmt(m['front90'], '')} | n = {n}: "
+                     + ", ".join(f"K={k} {a:.2f}" for k, a in ks) + " |")
+    if rows:
+        plots(rows)
+    text = open(README).read()
+    begin, end = "<!-- recipes:begin -->", "<!-- recipes:end -->"
+    head, rest = text.split(begin, 1)
+    text = head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1]
+    with open(README, "w") as f:
+        f.write(text)
+    print(f"wrote the recipes table of {README} ({len(rows)} tasks)")
+
+
+if __name__ == "__main__":
+    main()

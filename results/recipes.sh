@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# What learns on this CPU: one run of every task's CPU recipe (train.py RECIPES), window w=5, seed 0,
+# then the table of results/README.md ("What learns") and the accuracy-vs-K plots.
+#
+#   bash results/recipes.sh            # two runs at a time, one thread each (say so beside the times)
+#   bash results/recipes.sh --table    # only the table and plots, from the committed JSON
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TASKS="dyck parity_prefix copy parity addition unique_set binary_sum multiplication mano"
+if [ "${1:-}" != "--table" ]; then
+  mkdir -p results/recipes/logs
+  lane() {  # a finished run is skipped, an interrupted one resumed
+    for t in "$@"; do
+      d="results/recipes/$t"
+      [ -f "$d/eval.json" ] && continue
+      python train.py --task "$t" --threads 1 --out_dir "$d" $([ -f "$d/config.json" ] && echo --resume) \
+        > "results/recipes/logs/$t.log" 2>&1 || echo "$t failed: see results/recipes/logs/$t.log"
+    done
+  }
+  lane copy parity addition binary_sum mano &
+  lane parity_prefix unique_set multiplication dyck &
+  wait
+fi
+python results/recipes.py
