@@ -205,7 +205,8 @@ def make_variant(name: str, cfg: Config, d_model: int, device: str) -> Variant:
     """VARIANTS[name] at width d_model, built by train.build: the same seed, the same initial weights."""
     tcfg = dataclasses.replace(train_config(cfg, d_model), **VARIANTS[name], **({"bptt_k": cfg.bptt_k} if name == "bptt" else {}))
     _, model, schedule = train.build(tcfg)
-    model.to(device), schedule.to(device)
+    model.to(device)
+    schedule.to(device)
     if tcfg.compile:  # the shared block, in place, as train.py does (forward_depths calls it per loop step)
         for block in model.blocks:
             block.compile(dynamic=True)

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import torch
 
 import readouts
-import stats
 from cli import atomic_write, opt, parse, run, write_json
 from tasks import IGNORE, PAD, eval_set
 
@@ -299,7 +298,8 @@ def load_run(run_dir: str):
         ck = torch.load(path, map_location="cpu", weights_only=True)
         cfg = ck["config"]
         task, model, schedule = train.build(train.Config(**cfg))
-        model.load_state_dict(ck["model"]), schedule.load_state_dict(ck["schedule"])
+        model.load_state_dict(ck["model"])
+        schedule.load_state_dict(ck["schedule"])
     except Exception as err:
         msg = str(err).strip().splitlines()[0][:120] if str(err).strip() else ""
         raise ValueError(f"{path} is not a usable train.py checkpoint ({type(err).__name__}: {msg})") from None
@@ -361,7 +361,8 @@ def main(argv=None) -> None:
             if hasattr(schedule, "score_set"):
                 raise ValueError(f"{e['run_dir']}: readouts stop a looped trajectory of one-shot predictions; "
                                  f"{cfg['schedule']} (ntp.py) generates its answer at one fixed depth")
-            model.to(args.device), schedule.to(args.device)
+            model.to(args.device)
+            schedule.to(args.device)
             lengths, n = e["lengths"], args.samples or cfg["eval_samples"]
             # three disjoint draws of the test grid: test (the sets of eval.json), val (thresholds), fit (gates)
             seeds = {"test": cfg["eval_seed"], "val": cfg["eval_seed"] + 1, "fit": cfg["eval_seed"] + 2}

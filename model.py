@@ -158,7 +158,6 @@ class LoopedTransformer(nn.Module):
         (deepest first), so the samples still running at step t are a prefix of the batch: the active
         set shrinks by slicing, without gathers. Each sample is read out once, at the step it stops.
         """
-        B = idx.shape[0]
         order = torch.argsort(depth, descending=True, stable=True)
         d_sorted = depth[order].tolist()
         h0 = h = self.embed(idx[order])

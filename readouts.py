@@ -1,7 +1,7 @@
 """
-Post-hoc readouts: when to stop a *trained, frozen* looped model, read off its trajectory (SPEC
-section 4; Popescu et al. for the signals, D@X and frozen-trajectory gates; Fan et al. for maximum
-confidence). Nothing here changes the model.
+Post-hoc readouts: when to stop a *trained, frozen* looped model, read off its trajectory (Popescu et
+al. for the signals, D@X and frozen-trajectory gates; Fan et al. for maximum confidence). Nothing here
+changes the model.
 
 A readout turns a trajectory into a per-sample *score* s_t (K, B), higher = readier to stop, and exits
 each sample at the first step whose score crosses a threshold (the last step if none does):
@@ -63,7 +63,7 @@ def margin(logits, prev_logits, h, prev_h, scored):
     return worst(z[..., 0] - z[..., 1], scored, largest=False)
 
 
-def entropy(logits, prev_logits, h, prev_h, scored):
+def predictive_entropy(logits, prev_logits, h, prev_h, scored):
     logp = logits.log_softmax(-1)
     # H(p) = -sum_v p(v) log p(v)
     return worst(-(logp.exp() * logp).sum(-1), scored, largest=True)
@@ -94,7 +94,7 @@ def self_ce(logits, prev_logits, h, prev_h, scored):
 
 
 # name -> (signal function, direction): score = direction * signal, stop when score >= threshold
-SIGNALS = {"top1": (top1, 1), "margin": (margin, 1), "entropy": (entropy, -1), "kl": (kl, -1),
+SIGNALS = {"top1": (top1, 1), "margin": (margin, 1), "entropy": (predictive_entropy, -1), "kl": (kl, -1),
            "logit_change": (logit_change, -1), "hidden_change": (hidden_change, -1)}
 
 
@@ -254,8 +254,8 @@ def truncated_geometric(lam: float, K: int) -> torch.Tensor:
     """Prior pi_t proportional to lam (1 - lam)^(t-1), t = 1..K, renormalised. (K,) (As in halting.py.)"""
     if not 0 < lam < 1:
         raise ValueError(f"geometric parameter {lam}: must be in (0, 1)")
-    p = lam * (1 - lam) ** torch.arange(K, dtype=torch.float)
-    return p / p.sum()
+    p = lam * (1 - lam) ** torch.arange(K, dtype=torch.float64)
+    return (p / p.sum()).float()
 
 
 def gate_loss(q: torch.Tensor, losses: torch.Tensor, prior: torch.Tensor, beta: float) -> torch.Tensor:

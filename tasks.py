@@ -1,5 +1,5 @@
 """
-Algorithmic tasks for length generalisation (SPEC section 2), generated on the fly.
+Algorithmic tasks for length generalisation (Fan et al., the primary paper), generated on the fly.
 
 Every task defines a vocabulary (token 0 is PAD), `sample(n, gen) -> (x, y)` as token lists of equal
 length where y holds the target token at *scored* positions and IGNORE (-100) elsewhere, and the
@@ -209,9 +209,9 @@ class Addition(Task):
     name, symbols = "addition", ["0", "1", "+", "=", "_"]
 
     def _sample(self, n, gen):
-        return self.build(randbits(n, gen), randbits(n, gen))
+        return self.encode(randbits(n, gen), randbits(n, gen))
 
-    def build(self, a: list[int], b: list[int]):
+    def encode(self, a: list[int], b: list[int]):
         n, s = len(a), bits_to_int(a) + bits_to_int(b)
         out = [int(c) for c in format(s, f"0{n + 1}b")]
         x = self.tok(a + ["+"] + b + ["="] + ["_"] * (n + 1))
@@ -236,9 +236,9 @@ class UniqueSet(Task):
         super().__init__()
 
     def _sample(self, n, gen):
-        return self.build(torch.randint(0, self.V, (n,), generator=gen).tolist())
+        return self.encode(torch.randint(0, self.V, (n,), generator=gen).tolist())
 
-    def build(self, values: list[int]):
+    def encode(self, values: list[int]):
         n, distinct = len(values), list(dict.fromkeys(values))  # dict keeps first-occurrence order
         x = self.tok(values + [">"] + ["_"] * n)
         return x, [IGNORE] * (n + 1) + self.tok(distinct + [END] * (n - len(distinct)))
@@ -258,9 +258,9 @@ class BinarySum(Task):
     name, symbols = "binary_sum", ["0", "1", ">", "_", END]
 
     def _sample(self, n, gen):
-        return self.build(randbits(n, gen))
+        return self.encode(randbits(n, gen))
 
-    def build(self, bits: list[int]):
+    def encode(self, bits: list[int]):
         n, c = len(bits), sum(bits)
         digits = [int(d) for d in reversed(format(c, "b"))]  # LSB first; 0 -> [0]
         slots = n.bit_length()
@@ -305,9 +305,9 @@ class Multiplication(Task):
     def sample(self, n, gen, test=False):
         self.check_length(n)
         m = self.m_test if test else self.m_train[int(torch.randint(0, len(self.m_train), (1,), generator=gen))]
-        return self.build(randbits(n, gen), randbits(m, gen))
+        return self.encode(randbits(n, gen), randbits(m, gen))
 
-    def build(self, a: list[int], b: list[int]):
+    def encode(self, a: list[int], b: list[int]):
         k = len(a) + len(b)
         x = self.tok(a + ["*"] + b + ["="] + ["_"] * k)
         return x, [IGNORE] * (k + 2) + self.tok(self.product(bits_to_int(a) * bits_to_int(b), k))
@@ -335,7 +335,7 @@ class Multiplication(Task):
 
 
 class Mano(Task):
-    """Modular arithmetic in prefix notation (MANO, seed 001). n = number of operators; T(n) = n.
+    """Modular arithmetic in prefix notation (MANO, Popescu et al.). n = number of operators; T(n) = n.
     Knob p: the modulus (default 23).
 
     Prompt: a prefix expression with n binary operators from {+, -, *} and n+1 operands in 0..p-1,
@@ -363,9 +363,9 @@ class Mano(Task):
             expr.append(list(self.ops)[int(torch.randint(0, 3, (1,), generator=gen))])
             k = int(torch.randint(0, size, (1,), generator=gen))
             todo += [size - 1 - k, k]  # right subtree written after the left one
-        return self.build(expr)
+        return self.encode(expr)
 
-    def build(self, expr: list):
+    def encode(self, expr: list):
         """expr: a well-formed prefix expression, operators as '+', '-', '*' and operands as ints."""
         stack = []  # evaluate right to left: an operator pops its two operands (left one on top)
         for t in reversed(expr):
@@ -428,7 +428,7 @@ def make_batch(task: Task, ns: list[int], gen: torch.Generator, test: bool = Fal
 
 
 def train_batch(task: Task, batch_size: int, n_min: int, n_max: int, gen: torch.Generator):
-    """A training batch: each sample's length n ~ Unif{n_min..n_max} (SPEC: n < 20)."""
+    """A training batch: each sample's length n ~ Unif{n_min..n_max} (the papers: n < 20)."""
     ns = torch.randint(n_min, n_max + 1, (batch_size,), generator=gen).tolist()
     return make_batch(task, ns, gen)
 

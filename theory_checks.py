@@ -1,5 +1,5 @@
 """
-Numerical checks of the theory behind random-depth training (the primary paper's bounds, SPEC section 5),
+Numerical checks of the theory behind random-depth training (the primary paper's bounds),
 each labelled by what it can show:
 
     1a  gradient residual bound, synthetic vectors       both sides computed exactly, with B^2, rho (or
@@ -75,7 +75,7 @@ def exit_status(rows: list[dict]) -> int:
     return int(any(r.get("check") is False for r in rows))
 
 
-# === Check 1: gradient residual bound (SPEC 5.1) ====================================================
+# === Check 1: gradient residual bound (the primary paper) ====================================================
 #
 # Split the per-depth gradient G_k = grad_theta L_k around a shared component Gbar: G_k = Gbar + xi_k.
 # The window schedule draws K uniformly from a window S of m depths, so its expected gradient is
@@ -181,7 +181,7 @@ def per_depth_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_de
     return torch.stack(rows)  # (K, P)
 
 
-# === Check 2: representation consistency bound (SPEC 5.2) ==========================================
+# === Check 2: representation consistency bound (the primary paper) ==========================================
 #
 # Suppose L_k >= (mu/2) ||H_k - Z*||_F^2 (a PL-type lower bound around a target state Z*(x)) and the
 # schedule's mean loss J_S = (1/m) sum_{k in S} L_k <= eps. For each x, with e_k = ||H_k - Z*||^2,
@@ -267,7 +267,9 @@ def toy_consistency(steps: int = 300, center: int = 6, w: int = 3, N: int = 256,
         K = center + torch.randint(-w, w + 1, (64,), generator=gen)  # window schedule depths
         H = toy(x, center + w)[K - 1, torch.arange(64)]  # (64, d): each sample at its own depth
         loss = (H @ toy.W.T - toy.target(x) @ toy.W.T).pow(2).sum(-1).mean()
-        opt.zero_grad(), loss.backward(), opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     with torch.no_grad():
         rows.append(consistency_row(f"toy trained {steps} steps", toy(x_test, center + w)[S],
                                     toy.target(x_test), toy.W, const))
@@ -280,7 +282,7 @@ def toy_consistency(steps: int = 300, center: int = 6, w: int = 3, N: int = 256,
     return rows
 
 
-# === Check 3: the REINFORCE halting gradient is unbiased (SPEC 5.3) =================================
+# === Check 3: the REINFORCE halting gradient is unbiased  =================================
 #
 # The halting head defines pi(tau | x) over tau = 1..K; the expected reward is J = sum_t pi_t R_t.
 # Since grad pi_t = pi_t grad log pi_t,

@@ -209,7 +209,8 @@ def train_step(model, schedule, optimizer, batch, gen: torch.Generator, grad_cli
 def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dict:
     """Train one seed in run_dir (from the checkpoint `start` when resuming), evaluate, write eval.json."""
     task, model, schedule = build(cfg)
-    model.to(device), schedule.to(device)
+    model.to(device)
+    schedule.to(device)
     if cfg.compile:  # in place: the state_dict keeps its keys (no `_orig_mod.` prefix)
         for block in model.blocks:
             block.compile(dynamic=True)
@@ -222,7 +223,8 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
     step, elapsed, acc_stats = 0, 0.0, {}  # acc_stats: sums over the steps since the last log line
     if start:
         try:
-            model.load_state_dict(start["model"]), schedule.load_state_dict(start["schedule"])
+            model.load_state_dict(start["model"])
+            schedule.load_state_dict(start["schedule"])
             optimizer.load_state_dict(start["optimizer"])
             for k, g in gens.items():
                 g.set_state(start["rng"][k])

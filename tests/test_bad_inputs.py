@@ -79,6 +79,10 @@ def cases(base, tmp):
     trunc = tmp / "trunc"
     trunc.mkdir()
     (trunc / "ckpt.pt").write_bytes((base / "ckpt.pt").read_bytes()[:2000])
+    (tmp / "text").mkdir()
+    (tmp / "text" / "ckpt.pt").write_text("not a checkpoint\n")
+    (tmp / "foreign").mkdir()
+    torch.save({"weights": torch.zeros(2)}, tmp / "foreign" / "ckpt.pt")
     ck = lambda name, change: crafted(tmp, base, name, change)
     big = str(tmp / "missing" / "x.json")
     return [
@@ -130,6 +134,8 @@ def cases(base, tmp):
         # train.py --resume: checkpoints and run files
         ("resume: nothing there", "train", r(tmp / "empty"), "no checkpoint"),
         ("resume: truncated ckpt.pt", "train", r(trunc), "not a readable checkpoint"),
+        ("resume: text file as ckpt.pt", "train", r(tmp / "text"), "not a readable checkpoint"),
+        ("resume: a torch file that is no checkpoint", "train", r(tmp / "foreign"), "not a train.py checkpoint"),
         ("resume: other task", "train", r(base, "--task", "parity_prefix"), "task='dyck'"),
         ("resume: other model size", "train", r(base, "--d_model", "32"), "d_model=16"),
         ("resume: other w, T_max and lr", "train", r(base, "--w", "3", "--T_max", "12", "--lr", "0.1"), "w=5"),

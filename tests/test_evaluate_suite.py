@@ -2,7 +2,6 @@
 synthetic eval.json files (grouping, labels, Std, Front@90, significance lines), the published rows, the
 command line's errors, loading a run, readouts of a frozen model, plots."""
 
-import copy
 import dataclasses
 import json
 import os

@@ -56,7 +56,7 @@ def test_teacher_forcing_layout_by_hand():
     # unique_set: END filler dropped, one END closes the answer; 2 pauses; a shorter row padded
     task = get_task("unique_set", V=4)
     s = ntp.NTPPause(depth=1, n_pause=2, **ntp.token_ids(task))
-    rows = [task.build([3, 1, 3]), task.build([2])]  # 3 1 3 > _ _ _ -> 3 1 $ ;  2 > _ -> 2
+    rows = [task.encode([3, 1, 3]), task.encode([2])]  # 3 1 3 > _ _ _ -> 3 1 $ ;  2 > _ -> 2
     x = torch.full((2, 7), PAD)
     y = torch.full((2, 7), IGNORE)
     for i, (xi, yi) in enumerate(rows):

@@ -1,7 +1,6 @@
 """Controlled seeds: one seed gives the same initial transformer and the same batches under every
 schedule; --init_seed and --data_seed vary one source of randomness with the other fixed."""
 
-import pytest
 import torch
 
 import train

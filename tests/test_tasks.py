@@ -141,18 +141,18 @@ def test_docstring_examples():
     def slots(task, built):
         return [task.vocab[t] for t in built[1] if t != IGNORE]
     u, b, m, p = (get_task(k) for k in ("unique_set", "binary_sum", "multiplication", "mano"))
-    assert slots(u, u.build([3, 1, 3, 0, 1])) == ["3", "1", "0", "$", "$"]
-    assert slots(u, u.build([7])) == ["7"]
-    assert slots(b, b.build([1, 1, 0, 1, 1, 0])) == ["0", "0", "1"]
-    assert slots(b, b.build([1, 0, 1, 0, 0])) == ["0", "1", "$"]
-    assert slots(b, b.build([0, 0, 0])) == ["0", "$"]
-    assert slots(m, m.build([1, 0, 1], [1, 1])) == ["1", "1", "1", "1", "0"]
-    assert slots(m, m.build([1, 1], [1])) == ["1", "1", "0"]
-    assert slots(p, p.build(["+", 3, "*", 4, 5])) == ["0"]
-    assert slots(p, p.build(["-", 2, 7])) == ["18"]
-    assert u.decode(u.build([3, 1, 3, 0, 1])[0]) == "3 1 3 0 1 > _ _ _ _ _"
-    assert m.decode(m.build([1, 0, 1], [1, 1])[0]) == "1 0 1 * 1 1 = _ _ _ _ _"
-    assert p.decode(p.build(["+", 3, "*", 4, 5])[0]) == "+ 3 * 4 5 = _"
+    assert slots(u, u.encode([3, 1, 3, 0, 1])) == ["3", "1", "0", "$", "$"]
+    assert slots(u, u.encode([7])) == ["7"]
+    assert slots(b, b.encode([1, 1, 0, 1, 1, 0])) == ["0", "0", "1"]
+    assert slots(b, b.encode([1, 0, 1, 0, 0])) == ["0", "1", "$"]
+    assert slots(b, b.encode([0, 0, 0])) == ["0", "$"]
+    assert slots(m, m.encode([1, 0, 1], [1, 1])) == ["1", "1", "1", "1", "0"]
+    assert slots(m, m.encode([1, 1], [1])) == ["1", "1", "0"]
+    assert slots(p, p.encode(["+", 3, "*", 4, 5])) == ["0"]
+    assert slots(p, p.encode(["-", 2, 7])) == ["18"]
+    assert u.decode(u.encode([3, 1, 3, 0, 1])[0]) == "3 1 3 0 1 > _ _ _ _ _"
+    assert m.decode(m.encode([1, 0, 1], [1, 1])[0]) == "1 0 1 * 1 1 = _ _ _ _ _"
+    assert p.decode(p.encode(["+", 3, "*", 4, 5])[0]) == "+ 3 * 4 5 = _"
 
 
 # --- edge cases, built with chosen inputs -----------------------------------------------------------
@@ -164,8 +164,8 @@ def check_built(task, built, expected_x, expected_y):
 def test_unique_set_edges():
     u = get_task("unique_set")
     for vals in ([5], [5, 5, 5, 5], [0] * 20, list(range(16)), [2, 9, 2, 9, 2, 4, 15, 4]):
-        check_built(u, u.build(vals), *ref_unique_set([str(v) for v in vals]))
-    check_built(u, u.build([4, 4, 4]), ["4", "4", "4", ">", "_", "_", "_"], [None] * 4 + ["4", "$", "$"])
+        check_built(u, u.encode(vals), *ref_unique_set([str(v) for v in vals]))
+    check_built(u, u.encode([4, 4, 4]), ["4", "4", "4", ">", "_", "_", "_"], [None] * 4 + ["4", "$", "$"])
 
 
 def test_binary_sum_edges():
@@ -174,28 +174,28 @@ def test_binary_sum_edges():
              (1,) * 8: ["0", "0", "0", "1"], (0,) * 8: ["0", "$", "$", "$"], (1, 0, 0, 0): ["1", "$", "$"]}
     for bits, slots in cases.items():
         n = len(bits)
-        check_built(b, b.build(list(bits)), [str(t) for t in bits] + [">"] + ["_"] * len(slots),
+        check_built(b, b.encode(list(bits)), [str(t) for t in bits] + [">"] + ["_"] * len(slots),
                     [None] * (n + 1) + slots)
     for n in (15, 16, 31, 32, 60):  # counts around powers of two: exactly bitlen(n) slots
         for c in (0, 1, n // 2, n):
             bits = [1] * c + [0] * (n - c)
-            check_built(b, b.build(bits), *ref_binary_sum([str(t) for t in bits]))
+            check_built(b, b.encode(bits), *ref_binary_sum([str(t) for t in bits]))
 
 
 def test_multiplication_edges():
     m = get_task("multiplication")
     for a, b in [([0], [0]), ([1], [1]), ([0] * 5, [1, 1]), ([1] * 19, [1, 1]), ([1] * 60, [1, 1]),
                  ([1] * 8, [1]), ([0, 0, 1], [1, 0])]:
-        check_built(m, m.build(a, b), *ref_multiplication([str(t) for t in a], [str(t) for t in b]))
-    check_built(m, m.build([1, 1], [1, 1]), "1 1 * 1 1 = _ _ _ _".split(), [None] * 6 + ["1", "0", "0", "1"])
+        check_built(m, m.encode(a, b), *ref_multiplication([str(t) for t in a], [str(t) for t in b]))
+    check_built(m, m.encode([1, 1], [1, 1]), "1 1 * 1 1 = _ _ _ _".split(), [None] * 6 + ["1", "0", "0", "1"])
 
 
 def test_addition_edges():
     a = get_task("addition")
     for n in (1, 19, 60):
         for u, v in ([0] * n, [0] * n), ([1] * n, [1] * n), ([1] * n, [0] * (n - 1) + [1]):
-            check_built(a, a.build(u, v), *ref_addition([str(t) for t in u], [str(t) for t in v]))
-    check_built(a, a.build([1, 1], [0, 1]), "1 1 + 0 1 = _ _ _".split(), [None] * 6 + ["1", "0", "0"])
+            check_built(a, a.encode(u, v), *ref_addition([str(t) for t in u], [str(t) for t in v]))
+    check_built(a, a.encode([1, 1], [0, 1]), "1 1 + 0 1 = _ _ _".split(), [None] * 6 + ["1", "0", "0"])
 
 
 def test_mano_edges():
@@ -203,8 +203,8 @@ def test_mano_edges():
     cases = [["+", 0, 0], ["-", 0, 22], ["*", 22, 22], ["-", "-", "-", 1, 2, 3, 4], ["*", 5, "*", 6, "*", 7, 8],
              ["+", "*", 2, 3, "-", 4, 5]]
     for expr in cases:
-        check_built(t, t.build(expr), *ref_mano([str(e) for e in expr]))
-    assert symbols(t, *t.build(["-", "-", "-", 1, 2, 3, 4]))[1][-1] == str((1 - 2 - 3 - 4) % 23)
+        check_built(t, t.encode(expr), *ref_mano([str(e) for e in expr]))
+    assert symbols(t, *t.encode(["-", "-", "-", 1, 2, 3, 4]))[1][-1] == str((1 - 2 - 3 - 4) % 23)
 
 
 def test_mano_tree_shapes_vary():
