@@ -437,7 +437,7 @@ def main(argv=None) -> list[list[str]]:
     for r in rows:
         print("| " + " | ".join(r) + " |")
     if cfg.json:
-        cli.write_json(cfg.json, {"header": header(cfg), "columns": COLUMNS, "rows": rows, "env": train.environment()})
+        cli.write_json(cfg.json, {"header": header(cfg), "columns": COLUMNS, "rows": rows, "env": rundir.environment()})
     return rows
 
 

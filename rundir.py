@@ -6,6 +6,7 @@ The run directory of train.py: every check made before a file is touched, and wh
                            finished run, or restart one killed before its first checkpoint. Refuses to
                            replace a run (unless --overwrite) or to resume one with other settings.
     Lock(dir)              an exclusive lock: a second process on the same run directory stops (exit 2)
+    environment()          versions, hardware and git commit, recorded in config.json and eval.json
     log_lines(path, step)  metrics.jsonl up to a checkpoint's step; a torn last line is dropped
 
 A user error raises ValueError with one line (cli.run turns it into exit code 2).
@@ -15,7 +16,9 @@ import dataclasses
 import json
 import math
 import os
+import platform
 import re
+import subprocess
 
 import torch
 
@@ -28,6 +31,18 @@ RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.j
 HARMLESS = {"threads", "device", "eval_batch_size", "log_interval", "eval_interval", "ckpt_interval", "resume",
             "overwrite", "seeds", "out_dir", "preset"}
 MAX_SEED = 2 ** 32 - 1
+
+
+def environment() -> dict:
+    """Versions, hardware and the git commit of the code, recorded in config.json and eval.json."""
+    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
+                                capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"torch": torch.__version__, "python": platform.python_version(), "hardware": dev,
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "git_commit": commit}
 
 
 def lengths(cfg) -> list[int]:

@@ -17,8 +17,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -234,7 +232,7 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
             raise ValueError(f"--resume: {run_dir}/ckpt.pt does not fit this run ({msg})") from None
         step, elapsed, acc_stats = start["step"], start["elapsed"], start["acc_stats"]
     ckpt_path, log_path = os.path.join(run_dir, "ckpt.pt"), os.path.join(run_dir, "metrics.jsonl")
-    write_json(os.path.join(run_dir, "config.json"), {**dataclasses.asdict(cfg), "env": environment()})
+    write_json(os.path.join(run_dir, "config.json"), {**dataclasses.asdict(cfg), "env": rundir.environment()})
     kept = rundir.log_lines(log_path, step)  # metrics.jsonl holds exactly the lines up to the checkpoint's step
     atomic_write(log_path, lambda f: f.write("".join(kept).encode()))
     T_eval = cfg.T_test if cfg.looped else min(cfg.T_test, trained_depth(cfg))
@@ -304,21 +302,9 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
                               cfg.eval_batch_size, device)
     e = {"task": cfg.task, "schedule": cfg.schedule, "seed": cfg.seed, "n_max": cfg.n_max, **e,
          "train_time_s": elapsed, "eval_time_s": time.time() - t_eval, "steps": cfg.max_iters,
-         "config": dataclasses.asdict(cfg), "env": environment()}
+         "config": dataclasses.asdict(cfg), "env": rundir.environment()}
     write_json(os.path.join(run_dir, "eval.json"), e)
     return e
-
-
-def environment() -> dict:
-    """Versions, hardware and the git commit of the code, recorded in config.json and eval.json."""
-    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
-                                capture_output=True, text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {"torch": torch.__version__, "python": platform.python_version(), "hardware": dev,
-            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "git_commit": commit}
 
 
 # --- seeds: one process, or split over torchrun's ranks -----------------------------------------------

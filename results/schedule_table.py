@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import rundir  # noqa: E402
 import train  # noqa: E402
 from cli import opt, parse, run, write_json  # noqa: E402
 from halting import SCHEDULES  # noqa: E402
@@ -54,7 +55,7 @@ def main(argv=None) -> None:
             print(f"| {name} | {active} | {r['block_evals']:.2f} | {r['block_evals_grad']:.2f} | {r['depth']:.2f} "
                   f"| {r['ms_per_step']:.0f} |", flush=True)
     write_json(os.path.join(os.path.dirname(os.path.abspath(__file__)), "schedules.json"),
-               {"rows": rows, "steps": args.steps, "batch_size": 64, "task": "dyck", "env": train.environment()})
+               {"rows": rows, "steps": args.steps, "batch_size": 64, "task": "dyck", "env": rundir.environment()})
 
 
 if __name__ == "__main__":
