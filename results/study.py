@@ -32,7 +32,8 @@ ROWS = {"fixed": ("fixed c=T_max", "fixed c=20"), "matched": ("matched", "matche
         "rl_tmax5": ("rl T_max=5", "rl T_max=5"), "rl_tmax10": ("rl T_max=10", "rl T_max=10"),
         "window_fixed_init": ("window, init_seed 0, data seed varies", None),
         "window_fixed_data": ("window, data_seed 0, init seed varies", None),
-        "window_bptt3": ("window w=5, bptt_k 3", None)}
+        "window_bptt3": ("window w=5, bptt_k 3", None), "ntp": ("ntp (one depth)", None),
+        "ntp_pause": ("ntp_pause (one depth)", None), "ntp_loop": ("ntp_loop (one depth)", None)}
 PAIRS = [("window", "matched"), ("window", "fixed"), ("rl", "matched"), ("rl", "window")]
 
 

@@ -5,6 +5,7 @@
 #   bash results/study.sh --tables-only    # regenerate results/README.md's study tables and plots from the JSON
 #   NPROC=1 bash results/study.sh          # torchrun ranks of one thread each (default 2: one per core)
 #   STAGE=2 bash results/study.sh          # only one stage (1-7, below), then the tables
+#   EXTEND=32 STAGE=none bash results/study.sh   # more seeds in the main rows, where the power estimate asks
 #
 # Every run is `python train.py --task TASK ...` with the task's CPU recipe; seed k of every row starts
 # from the same initial weights and sees the same batches (controlled seeds). A run writes
@@ -37,9 +38,19 @@ if [ "${1:-}" != "--tables-only" ]; then
   mkdir -p results/study/logs
   if stage 1; then main_rows dyck 8; fi       # 8 seeds per main row first: the power estimate
   if stage 2; then main_rows copy 8; fi
-  if stage 3; then main_rows dyck 16; fi
-  if stage 4; then main_rows copy 16; fi
-  if stage 5; then                            # the paper's ablations, on the depth-matters task
+  if stage 3; then                            # the next-token-prediction baselines of Fan et al., one seed each
+    row copy ntp 1 --schedule ntp
+    row copy ntp_pause 1 --schedule ntp_pause
+    row copy ntp_loop 1 --schedule ntp_loop
+  fi
+  if stage 4; then                            # today's recursive-depth stopping rules, and truncated backprop
+    row copy lognormal_poisson 8 --schedule lognormal_poisson --r_bar 6
+    row copy trm_halt 8 --schedule trm_halt
+    row dyck window_bptt3 1 --schedule window --w 5 --bptt_k 3
+    row copy window_bptt3 1 --schedule window --w 5 --bptt_k 3
+  fi
+  if stage 5; then main_rows dyck 16; main_rows copy 16; fi
+  if stage 6; then                            # the paper's ablations, on the depth-matters task
     row copy rl_ent0 8 --schedule rl --lambda_ent 0
     row copy rl_ent0.1 8 --schedule rl --lambda_ent 0.1
     row copy rl_tmax5 8 --schedule rl --T_max 5
@@ -47,20 +58,15 @@ if [ "${1:-}" != "--tables-only" ]; then
     row copy window_fixed_init 8 --schedule window --init_seed 0   # initialisation fixed, data order varies
     row copy window_fixed_data 8 --schedule window --data_seed 0   # data order fixed, initialisation varies
   fi
-  if stage 6; then                            # the other schedules of the paper
+  if stage 7; then                            # the other schedules of the paper, and the new rules on dyck
     for t in dyck copy; do
       row "$t" fixed_window 8 --schedule fixed_window --w 5
       row "$t" multidepth 8 --schedule multidepth --w 5
       row "$t" ponder 8 --schedule ponder
     done
-  fi
-  if stage 7; then                            # today's recursive-depth stopping rules, and truncated backprop
-    row copy lognormal_poisson 8 --schedule lognormal_poisson --r_bar 6
-    row copy trm_halt 8 --schedule trm_halt
     row dyck lognormal_poisson 8 --schedule lognormal_poisson --r_bar 10
     row dyck trm_halt 8 --schedule trm_halt
-    row dyck window_bptt3 1 --schedule window --w 5 --bptt_k 3
-    row copy window_bptt3 1 --schedule window --w 5 --bptt_k 3
   fi
+  if [ -n "${EXTEND:-}" ]; then main_rows dyck "$EXTEND"; main_rows copy "$EXTEND"; fi   # toward 32 seeds
 fi
 python results/study.py
