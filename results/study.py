@@ -135,6 +135,23 @@ def strip_plot(task: str, rows: dict) -> str:
     return path
 
 
+def per_length(rows: dict, names: list[str]) -> list[str]:
+    """Seed 0 of each row: accuracy per test length at the row's own test rule (the NTP baselines: greedy
+    decoding at their one depth; the looped schedules: their policy depth), and the wall time."""
+    runs = {n: next(e for e in rows[n] if e["seed"] == 0) for n in names if n in rows and any(e["seed"] == 0 for e in rows[n])}
+    if len(runs) < 2:
+        return []
+    e0 = next(iter(runs.values()))
+    head = "| seed 0 | " + " | ".join(f"n={n}" + (" (ID)" if n <= e0["n_max"] else "") for n in e0["lengths"]) + " | ID | OOD | minutes |"
+    lines = ["Accuracy per length at each row's own test rule (seed 0; looped rows: K = T(n) or the learned rule):", "",
+             head, "|---" * (len(e0["lengths"]) + 4) + "|"]
+    for name, e in runs.items():
+        m = e["metrics"]
+        lines.append(f"| {ROWS[name][0]} | " + " | ".join(f"{100 * a:.0f}" for a in m["policy"]) +
+                     f" | {m['policy_id']:.1f} | {m['policy_ood']:.1f} | {e['train_time_s'] / 60:.1f} |")
+    return lines + [""]
+
+
 def section(task: str, rows: dict) -> list[str]:
     published = {r["setting"].removesuffix(" (paper)"): r for r in tables.paper_rows() if r["task"] == task}
     hard = any(e["metrics"].get("oracle_hard_ood") is not None for runs in rows.values() for e in runs)
@@ -154,6 +171,8 @@ def section(task: str, rows: dict) -> list[str]:
               f"{e0['env']['hardware'] or 'CPU'}, torch {e0['env']['torch']}; training time per run "
               f"{min(minutes):.1f}-{max(minutes):.1f} min. Paper rows: paper scale, 18 or 32 seeds.", "",
               f"![{task}: Oracle OOD per seed](study/{task}.png)", ""]
+    if any(n in rows for n in ("ntp", "ntp_pause", "ntp_loop")):
+        lines += per_length(rows, ["window", "matched", "ntp", "ntp_pause", "ntp_loop"])
     if any(a in rows and b in rows for a, b in PAIRS):
         lines += ["Tests between rows (per-seed values):", ""]
     for a, b in PAIRS:
