@@ -1,6 +1,7 @@
 """The "What learns" table of results/README.md (between `<!-- recipes:begin -->` and
 `<!-- recipes:end -->`) and its plots, from results/recipes/TASK/{eval.json, metrics.jsonl, config.json}
-(written by results/recipes.sh): per task, its CPU recipe, the in-distribution exact match, the OOD
+(written by results/recipes.sh; for a task the study runs, its `results/study/TASK/window/seed0`, which is
+the same command): per task, its CPU recipe, the in-distribution exact match, the OOD
 numbers beside the best shortcut, and accuracy against the number of loops K at one OOD length.
 
     python results/recipes.py
@@ -17,6 +18,15 @@ import evaluate  # noqa: E402
 import train  # noqa: E402
 
 DIR = os.path.join(ROOT, "results", "recipes")
+STUDY = os.path.join(ROOT, "results", "study")
+
+
+def run_dir(task: str):
+    """The task's recipe run: results/recipes/TASK, or seed 0 of the study's window row (same flags)."""
+    for d in (os.path.join(DIR, task), os.path.join(STUDY, task, "window", "seed0")):
+        if os.path.isfile(os.path.join(d, "eval.json")):
+            return d
+    return None
 README = os.path.join(ROOT, "results", "README.md")
 
 
@@ -47,7 +57,7 @@ def plots(rows: dict) -> None:
                    marker=".", label="longest ID length")
         ax[0].set(xlabel="loop steps K", ylabel="exact match", ylim=(-0.02, 1.02), title=f"{task}: accuracy vs K")
         ax[0].legend(fontsize=8)
-        log = [json.loads(l) for l in open(os.path.join(DIR, task, "metrics.jsonl")) if '"id_acc"' in l]
+        log = [json.loads(l) for l in open(os.path.join(run_dir(task), "metrics.jsonl")) if '"id_acc"' in l]
         ax[1].plot([r["step"] for r in log], [r["id_acc"] for r in log], marker=".")
         ax[1].set(xlabel="training step", ylabel="ID exact match (%)", ylim=(-2, 102), title="learning curve")
         fig.tight_layout()
@@ -56,7 +66,7 @@ def plots(rows: dict) -> None:
 
 
 def main() -> None:
-    rows = {t: evaluate.load_eval(os.path.join(DIR, t)) for t in train.RECIPES if os.path.isfile(os.path.join(DIR, t, "eval.json"))}
+    rows = {t: evaluate.load_eval(run_dir(t)) for t in train.RECIPES if run_dir(t)}
     lines = ["| task | recipe (`python train.py --task T` sets) | steps | minutes | ID | Oracle OOD | val-K OOD | "
              "shortcut OOD | Front@90 | acc vs K at one OOD length |", "|---" * 10 + "|"]
     for task, e in rows.items():

@@ -45,6 +45,8 @@ def load(task: str) -> dict:
         if os.path.isdir(d):
             runs = sorted((evaluate.load_eval(r) for r in evaluate.find_runs([d])), key=lambda e: e["seed"])
             groups = tables.group_runs(runs)
+            if not runs:  # no finished seed yet
+                continue
             if len(groups) != 1:
                 raise ValueError(f"{d}: runs with different settings: {sorted(label for _, label in groups)}")
             out[name] = runs
@@ -168,7 +170,7 @@ def section(task: str, rows: dict) -> list[str]:
     lines += ["", f"Recipe: `python train.py --task {task}` (d_model {cfg['d_model']}, {cfg['max_iters']} steps, "
               f"n {cfg['n_min']}..{cfg['n_max']}, T_max {cfg['T_max']}, T_test {cfg['T_test']}, test lengths "
               f"{cfg['test_lengths']}, {cfg['eval_samples']} test samples per length); one thread per run, "
-              f"{e0['env']['hardware'] or 'CPU'}, torch {e0['env']['torch']}; training time per run "
+              f"two to four runs sharing the 2 cores, {e0['env']['hardware'] or 'CPU'}, torch {e0['env']['torch']}; training time per run "
               f"{min(minutes):.1f}-{max(minutes):.1f} min. Paper rows: paper scale, 18 or 32 seeds.", "",
               f"![{task}: Oracle OOD per seed](study/{task}.png)", ""]
     if any(n in rows for n in ("ntp", "ntp_pause", "ntp_loop")):
