@@ -29,6 +29,7 @@ import math
 import os
 import platform
 import sys
+import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -552,6 +553,7 @@ def main(argv=None) -> int:
     task, ck = validate(cfg)  # every bad input fails here, before any work
     checks, ms, tables, judged = cfg.checks.split(","), [int(m) for m in cfg.ms.split(",")], [], []
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
+    t0 = time.time()
 
     def table(title, rows, legend, judge=True):  # print, keep for --json, collect the verdicts
         show_table(title, rows, legend)
@@ -623,9 +625,11 @@ def main(argv=None) -> int:
     print("\nno check failed: 1a, 1b, 2a found no bug (they hold by construction: they confirm the algebra, not "
           "the assumptions); 3 found no bias; 2b is a measurement" if status == 0 else
           "\nVIOLATED: see the rows marked VIOLATED")
+    print(f"wall time {time.time() - t0:.0f} s")
     if cfg.json:
         write_json(cfg.json, {"tables": tables, "status": status, "config": asdict(cfg),
-                              "platform": platform_info(), "platform_note": PLATFORM_NOTE})
+                              "platform": platform_info(), "platform_note": PLATFORM_NOTE,
+                              "wall_s": round(time.time() - t0, 1)})
     return status
 
 
