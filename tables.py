@@ -155,3 +155,14 @@ def table(groups: dict, paper: bool = False):
     lines += [format_row(p, hard) for p in published if p["task"] in {r["task"] for r in rows} and (p["task"], p["setting"]) not in ours]
     lines += [""] + comparisons(rows) if len(rows) > 1 else []
     return "\n".join(lines), rows
+
+
+def splice(path: str, tag: str, lines: list[str]) -> None:
+    """Replace the text between `<!-- tag:begin -->` and `<!-- tag:end -->` of a Markdown file by lines."""
+    text = open(path).read()
+    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
+    if begin not in text or end not in text:
+        raise SystemExit(f"{path}: markers {begin} / {end} not found")
+    head, rest = text.split(begin, 1)
+    with open(path, "w") as f:
+        f.write(head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1])

@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import evaluate  # noqa: E402
+import tables  # noqa: E402
 import train  # noqa: E402
 
 DIR = os.path.join(ROOT, "results", "recipes")
@@ -79,12 +80,7 @@ def main() -> None:
                      + ", ".join(f"K={k} {a:.2f}" for k, a in ks) + " |")
     if rows:
         plots(rows)
-    text = open(README).read()
-    begin, end = "<!-- recipes:begin -->", "<!-- recipes:end -->"
-    head, rest = text.split(begin, 1)
-    text = head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1]
-    with open(README, "w") as f:
-        f.write(text)
+    tables.splice(README, "recipes", lines)
     print(f"wrote the recipes table of {README} ({len(rows)} tasks)")
 
 

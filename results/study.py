@@ -23,6 +23,7 @@ import tables  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")
 README = os.path.join(ROOT, "results", "README.md")
+FRONT = os.path.join(ROOT, "README.md")  # the headline rows
 # row directory -> (label, the published row's setting in results/paper.json)
 ROWS = {"fixed": ("fixed c=T_max", "fixed c=20"), "matched": ("matched", "matched"),
         "window": ("window w=5", "window w=5"), "rl": ("rl", "rl"),
@@ -195,22 +196,37 @@ def section(task: str, rows: dict) -> list[str]:
     return lines + [""]
 
 
+def headline_rows(task: str, rows: dict) -> list[str]:
+    """The top-level README's rows: the main schedules' Oracle OOD (mean +- Std over seeds), val-K OOD
+    and the shortcut level, then the spread verdicts."""
+    main = [n for n in ("fixed", "matched", "window", "rl", "lognormal_poisson", "trm_halt") if n in rows]
+    if not main:
+        return []
+    hard = any(e["metrics"].get("oracle_hard_ood") is not None for n in main for e in rows[n])
+    ms = lambda v: f"{statistics.fmean(v):.1f} ± {statistics.stdev(v):.1f}" if len(v) > 1 else f"{v[0]:.1f}"
+    lines = [f"**{task}** (shortcut: {rows[main[0]][0]['metrics']['shortcut_ood_name']}, "
+             f"{rows[main[0]][0]['metrics']['shortcut_ood']:.1f}% OOD)", "",
+             "| schedule | seeds | Oracle OOD | val-K OOD |" + (" hard subset, Oracle |" if hard else ""),
+             "|---|---|---|---|" + ("---|" if hard else "")]
+    for n in main:
+        v = lambda key: ms([x for x in per_seed(rows[n], key) if x is not None])
+        lines.append(f"| {ROWS[n][0]} | {len(rows[n])} | {v('oracle_ood')} | {v('val_k_ood')} |" +
+                     (f" {v('oracle_hard_ood')} |" if hard else ""))
+    spread = [(c, v) for c, v in claims(rows) if "spread" in c]
+    return lines + ([""] + [f"- {c}: {v}" for c, v in spread] if spread else []) + [""]
+
+
 def main() -> None:
     tasks = sorted(t for t in os.listdir(STUDY) if os.path.isdir(os.path.join(STUDY, t)) and t != "logs") if os.path.isdir(STUDY) else []
-    body = []
+    body, headline = [], []
     for task in tasks:
         rows = load(task)
         if rows:
             strip_plot(task, rows)
             body += section(task, rows)
-    text = open(README).read()
-    begin, end = "<!-- study:begin -->", "<!-- study:end -->"
-    if begin not in text or end not in text:
-        raise SystemExit(f"{README}: markers {begin} / {end} not found")
-    head, rest = text.split(begin, 1)
-    text = head + begin + "\n" + "\n".join(body or ["(no study runs yet)", ""]) + end + rest.split(end, 1)[1]
-    with open(README, "w") as f:
-        f.write(text)
+            headline += headline_rows(task, rows)
+    tables.splice(README, "study", body or ["(no study runs yet)"])
+    tables.splice(FRONT, "headline", headline or ["(no study runs yet)"])
     print(f"wrote the study section of {README} ({len(tasks)} tasks)")
 
 
