@@ -118,7 +118,7 @@ RECIPES = {
     "copy": dict(n_max=10, T_max=15, T_test=30, test_lengths=GRID10, lr=1e-3, max_iters=1500),
     "parity_prefix": dict(n_max=10, T_max=15, T_test=30, test_lengths=GRID10, lr=1e-3, max_iters=2500),
     "parity": dict(n_max=10, T_max=15, T_test=30, test_lengths=GRID10, lr=1e-3, max_iters=2500),
-    "binary_sum": dict(n_max=10, T_max=15, T_test=30, test_lengths=GRID10, lr=1e-3, max_iters=2500),
+    "binary_sum": dict(n_max=10, T_max=15, T_test=30, test_lengths=GRID10, lr=1e-3, max_iters=4000),
     # V = 32 > n_max: OOD answers (up to ~20 distinct values at n = 30) are longer than any training answer
     "unique_set": dict(V=32, n_max=10, T_max=15, T_test=30, test_lengths=GRID10, lr=1e-3, max_iters=3000),
     # n <= 8 bits per operand (the CPU's budget); OOD grid to 3x
@@ -126,7 +126,7 @@ RECIPES = {
                      max_iters=2500),
     # T(n) = n*m <= 12 fits T_max in training; T_test 36 = T(18) at the longest test length
     "multiplication": dict(n_max=6, T_max=12, T_test=36, test_lengths="2,4,6,8,10,12,14,16,18", lr=1e-3,
-                           max_iters=2500),
+                           max_iters=4000),
     "mano": dict(n_max=8, T_max=13, T_test=24, test_lengths="2,4,6,8,10,12,14,16,20,24", lr=1e-3, max_iters=2000),
 }
 
