@@ -21,9 +21,14 @@ STAGE=${STAGE:-all}
 row() {  # row TASK NAME SEEDS FLAGS...: seeds 0..SEEDS-1 of one table row
   local task=$1 name=$2 seeds=$3 out="results/study/$1/$2"
   shift 3
-  if [ "$seeds" = 1 ]; then out="$out/seed0"; fi  # one seed: train.py writes into out_dir itself
+  local resume=--resume
+  if [ "$seeds" = 1 ]; then  # one seed: train.py writes into out_dir itself, and resumes only a started run
+    out="$out/seed0"
+    [ -f "$out/eval.json" ] && return
+    [ -f "$out/config.json" ] || resume=
+  fi
   python -m torch.distributed.run --standalone --nproc_per_node "$NPROC" train.py --task "$task" --seeds "$seeds" \
-    --threads 1 --resume --out_dir "$out" "$@" > "results/study/logs/$task-$name.log" 2>&1 \
+    --threads 1 $resume --out_dir "$out" "$@" > "results/study/logs/$task-$name.log" 2>&1 \
     || { echo "row $task $name failed: see results/study/logs/$task-$name.log"; exit 1; }
   echo "$(date +%H:%M) $task $name: $seeds seeds"
 }
