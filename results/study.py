@@ -146,7 +146,9 @@ def per_length(rows: dict, names: list[str]) -> list[str]:
         return []
     e0 = next(iter(runs.values()))
     head = "| seed 0 | " + " | ".join(f"n={n}" + (" (ID)" if n <= e0["n_max"] else "") for n in e0["lengths"]) + " | ID | OOD | minutes |"
-    lines = ["Accuracy per length at each row's own test rule (seed 0; looped rows: K = T(n) or the learned rule):", "",
+    lines = ["Accuracy per length at each row's own test rule (seed 0; looped rows: K = T(n) or the learned rule; "
+             "the NTP rows: greedy decoding at their one depth, c = T_max, so no K axis). Rerun: `STAGE=3 bash "
+             "results/study.sh` (each row is `python train.py --task TASK --schedule ROW`); minutes = training time:", "",
              head, "|---" * (len(e0["lengths"]) + 4) + "|"]
     for name, e in runs.items():
         m = e["metrics"]
