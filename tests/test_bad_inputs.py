@@ -351,9 +351,12 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_restarts(tmp_path, c
 
 
 def test_sigint_from_the_shell(tmp_path):
+    # a suite started in the background (`cmd &`, nohup) inherits SIGINT ignored, and Python keeps an ignored
+    # SIGINT ignored: give the child the default disposition, as a terminal's foreground job has
     p = subprocess.Popen([sys.executable, "train.py", *TINY, "--max_iters", "100000", "--out_dir", str(tmp_path / "r")],
                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env={**os.environ, "OMP_NUM_THREADS": "1"},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = tmp_path / "r" / "metrics.jsonl"
     for _ in range(6000):  # wait for the first log lines, then Ctrl-C
         if log.exists() and log.stat().st_size > 0:
