@@ -19,9 +19,12 @@ that returns new *defaults* (argparse `set_defaults`), so a flag given explicitl
 
 import argparse
 import dataclasses
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from dataclasses import field
 
 
@@ -82,18 +85,37 @@ def run(main, prog: str, argv=None) -> int:
     return 0
 
 
-def atomic_write(path: str, write) -> None:
-    """Write via a temp file, fsync, rename: a crash leaves the old file or the new one, never half."""
-    tmp = f"{path}.tmp{os.getpid()}"
+@contextlib.contextmanager
+def ctrl_c_after():
+    """Hold a Ctrl-C that arrives inside the block and raise it when the block is done (torch.save cut by
+    one raises a RuntimeError from its zip writer instead of the KeyboardInterrupt)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield  # another thread, or SIGINT ignored / handled by the caller: leave it as it is
+        return
+    held = []
+    signal.signal(signal.SIGINT, lambda *_: held.append(True))
     try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        yield
     finally:
-        if os.path.exists(tmp):  # a failed write (full disk) leaves no temp file behind
-            os.remove(tmp)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
+
+
+def atomic_write(path: str, write) -> None:
+    """Write via a temp file, fsync, rename: a crash leaves the old file or the new one, never half; a
+    Ctrl-C during the write takes effect once it is done."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with ctrl_c_after():
+        try:
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):  # a failed write (full disk) leaves no temp file behind
+                os.remove(tmp)
 
 
 def write_json(path: str, obj) -> None:

@@ -19,7 +19,7 @@ import bench
 import evaluate
 import theory_checks
 import train
-from cli import run
+from cli import atomic_write, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8",
@@ -367,6 +367,24 @@ def test_sigint_from_the_shell(tmp_path):
     p.send_signal(signal.SIGINT)
     err = p.communicate(timeout=120)[1]
     assert p.returncode == 130 and len(err.strip().splitlines()) == 1 and "interrupted" in err, err[-2000:]
+
+
+def test_ctrl_c_during_a_write_lands_after_it(tmp_path):
+    """A Ctrl-C inside a checkpoint write used to cut torch.save, whose zip writer then raised a RuntimeError
+    (a traceback, exit 1): the write now finishes and the KeyboardInterrupt follows."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        def write(f):
+            f.write(b"first half, ")
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(10_000))  # bytecodes for the handler to run on
+            f.write(b"second half")
+        with pytest.raises(KeyboardInterrupt):
+            atomic_write(str(tmp_path / "ckpt.pt"), write)
+        assert (tmp_path / "ckpt.pt").read_bytes() == b"first half, second half"
+        assert os.listdir(tmp_path) == ["ckpt.pt"]
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def test_a_run_from_before_a_new_setting_still_resumes_and_groups(base, tmp_path, capsys):
