@@ -18,8 +18,8 @@ that returns new *defaults* (argparse `set_defaults`), so a flag given explicitl
 """
 
 import argparse
-import dataclasses
 import contextlib
+import dataclasses
 import json
 import os
 import signal

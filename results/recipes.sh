@@ -6,7 +6,6 @@
 #   bash results/recipes.sh --table    # only the table and plots, from the committed JSON
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TASKS="dyck parity_prefix copy parity addition unique_set binary_sum multiplication mano"
 if [ "${1:-}" != "--table" ]; then
   mkdir -p results/recipes/logs
   lane() {  # a finished run is skipped, an interrupted one resumed
