@@ -27,9 +27,10 @@ from halting import make_schedule, settings
 from tasks import PAD, get_task, task_kwargs
 
 RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
-# settings that may differ when a run is resumed: they do not change what is trained or measured
-HARMLESS = {"threads", "device", "eval_batch_size", "log_interval", "eval_interval", "ckpt_interval", "resume",
-            "overwrite", "seeds", "out_dir", "preset"}
+# settings that may differ when a run is resumed: they change how it is computed (device, threads, bf16
+# autocast on CUDA, compile: the rounding, as a reduction order does), or nothing, but not what is trained
+HARMLESS = {"threads", "device", "amp", "compile", "eval_batch_size", "log_interval", "eval_interval",
+            "ckpt_interval", "resume", "overwrite", "seeds", "out_dir", "preset"}
 MAX_SEED = 2 ** 32 - 1
 
 
