@@ -157,6 +157,41 @@ def per_length(rows: dict, names: list[str]) -> list[str]:
     return lines + [""]
 
 
+def machine(e: dict) -> str:
+    hw = e["env"]["hardware"] or "CPU"
+    return f"{hw} (CUDA)" if "NVIDIA" in hw else f"{e['env']['cpu_count']}-core {hw} CPU"
+
+
+def seed_ranges(seeds: list[int]) -> str:
+    out, run = [], [seeds[0]]
+    for k in seeds[1:]:
+        if k == run[-1] + 1:
+            run.append(k)
+        else:
+            out.append(run)
+            run = [k]
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in out + [run])
+
+
+def hardware_lines(rows: dict) -> list[str]:
+    """Where each row's seeds ran, their training minutes, and, in a row with seeds on two machines, a
+    Welch test of Oracle OOD between them (the machines change the rounding, not the experiment)."""
+    lines = ["Where the seeds ran (eval.json's env; CPU runs shared the 2 cores two to four at a time, CUDA runs 14 at "
+             "a time on one GPU, results/cuda/run.sh):", ""]
+    for name, runs in rows.items():
+        by = {}
+        for e in runs:
+            by.setdefault(machine(e), []).append(e)
+        parts = [f"{hw} seeds {seed_ranges([e['seed'] for e in es])} "
+                 f"({min(e['train_time_s'] for e in es) / 60:.1f}-{max(e['train_time_s'] for e in es) / 60:.1f} min)"
+                 for hw, es in by.items()]
+        if len(by) == 2 and min(len(es) for es in by.values()) >= 2:
+            a, b = (per_seed(es, "oracle_ood") for es in by.values())
+            parts.append(f"Oracle OOD between the machines: Welch p = {fmtp(stats.welch(a, b)['p'])}")
+        lines.append(f"- {ROWS[name][0]}: " + "; ".join(parts))
+    return lines + [""]
+
+
 def section(task: str, rows: dict) -> list[str]:
     published = {r["setting"].removesuffix(" (paper)"): r for r in tables.paper_rows() if r["task"] == task}
     hard = any(e["metrics"].get("oracle_hard_ood") is not None for runs in rows.values() for e in runs)
@@ -168,13 +203,10 @@ def section(task: str, rows: dict) -> list[str]:
         if paper in published:
             lines.append(tables.format_row(published[paper], hard))
     cfg = rows[next(iter(rows))][0]["config"]
-    e0 = rows[next(iter(rows))][0]
-    minutes = [e["train_time_s"] / 60 for runs in rows.values() for e in runs]
     lines += ["", f"Recipe: `python train.py --task {task}` (d_model {cfg['d_model']}, {cfg['max_iters']} steps, "
               f"n {cfg['n_min']}..{cfg['n_max']}, T_max {cfg['T_max']}, T_test {cfg['T_test']}, test lengths "
-              f"{cfg['test_lengths']}, {cfg['eval_samples']} test samples per length); one thread per run, "
-              f"two to four runs sharing the 2 cores, {e0['env']['hardware'] or 'CPU'}, torch {e0['env']['torch']}; training time per run "
-              f"{min(minutes):.1f}-{max(minutes):.1f} min. Paper rows: paper scale, 18 or 32 seeds.", "",
+              f"{cfg['test_lengths']}, {cfg['eval_samples']} test samples per length), fp32, one thread per run. "
+              "Paper rows: paper scale, 18 or 32 seeds.", ""] + hardware_lines(rows) + [
               f"![{task}: Oracle OOD per seed](study/{task}.png)", ""]
     if any(n in rows for n in ("ntp", "ntp_pause", "ntp_loop")):
         lines += per_length(rows, ["window", "matched", "ntp", "ntp_pause", "ntp_loop"])
