@@ -12,7 +12,8 @@
 # results/study/TASK/ROW/seed{k}/{config.json, eval.json, metrics.jsonl} (committed) and ckpt.pt
 # (git-ignored). A killed study resumes where it stopped: `--resume` continues a run from its checkpoint
 # and skips a finished one. Tasks: dyck (its hard subset reported) and copy, the depth-matters task
-# (results/README.md, "What learns"), both at their CPU recipes.
+# (results/README.md, "What learns"), both at their CPU recipes. Seeds trained elsewhere join a row: a GPU
+# lease runs the same rows on CUDA in fp32 (results/cuda/run.sh), and eval.json records each seed's machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NPROC=${NPROC:-2}

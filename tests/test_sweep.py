@@ -35,3 +35,16 @@ def test_torchrun_two_ranks_matches_single_process(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     ea, eb = json.load(open(alone / "eval.json")), json.load(open(sweep / "seed1" / "eval.json"))
     assert ea["acc"] == eb["acc"] and ea["metrics"] == eb["metrics"]
+
+
+def test_a_seed_finished_elsewhere_joins_a_resumed_sweep(tmp_path):
+    """The study trains some seeds on a GPU with --no-amp and the rest here: a resumed sweep skips the finished
+    seed (amp, device and threads change how a run is computed, not what) but refuses another experiment."""
+    import train
+    out = tmp_path / "row"
+    train.main(TINY + ["--seeds", "1", "--no-amp", "--out_dir", str(out / "seed0")])
+    train.main(TINY + ["--seeds", "2", "--resume", "--out_dir", str(out)])
+    summary = json.load(open(out / "summary.json"))
+    assert [os.path.basename(r) for r in summary["runs"]] == ["seed0", "seed1"]
+    with pytest.raises(ValueError, match="lr="):
+        train.main(TINY + ["--seeds", "2", "--resume", "--lr", "0.5", "--out_dir", str(out)])
