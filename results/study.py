@@ -35,7 +35,8 @@ ROWS = {"fixed": ("fixed c=T_max", "fixed c=20"), "matched": ("matched", "matche
         "window_fixed_data": ("window, data_seed 0, init seed varies", None),
         "window_bptt3": ("window w=5, bptt_k 3", None), "ntp": ("ntp (one depth)", None),
         "ntp_pause": ("ntp_pause (one depth)", None), "ntp_loop": ("ntp_loop (one depth)", None)}
-PAIRS = [("window", "matched"), ("window", "fixed"), ("rl", "matched"), ("rl", "window")]
+PAIRS = [("window", "matched"), ("window", "fixed"), ("rl", "matched"), ("rl", "window"),
+         ("lognormal_poisson", "window"), ("trm_halt", "window")]  # today's rules against the window
 
 
 def load(task: str) -> dict:
