@@ -174,6 +174,11 @@ def seed_ranges(seeds: list[int]) -> str:
     return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in out + [run])
 
 
+def minutes(runs: list) -> str:
+    lo, hi = (f(e["train_time_s"] for e in runs) / 60 for f in (min, max))
+    return f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}"
+
+
 def hardware_lines(rows: dict) -> list[str]:
     """Where each row's seeds ran, their training minutes, and, in a row with seeds on two machines, a
     Welch test of Oracle OOD between them (the machines change the rounding, not the experiment)."""
@@ -183,8 +188,7 @@ def hardware_lines(rows: dict) -> list[str]:
         by = {}
         for e in runs:
             by.setdefault(machine(e), []).append(e)
-        parts = [f"{hw} seeds {seed_ranges([e['seed'] for e in es])} "
-                 f"({min(e['train_time_s'] for e in es) / 60:.1f}-{max(e['train_time_s'] for e in es) / 60:.1f} min)"
+        parts = [f"{hw} seed{'s' * (len(es) > 1)} {seed_ranges([e['seed'] for e in es])} ({minutes(es)} min)"
                  for hw, es in by.items()]
         if len(by) == 2 and min(len(es) for es in by.values()) >= 2:
             a, b = (per_seed(es, "oracle_ood") for es in by.values())
