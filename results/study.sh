@@ -52,7 +52,8 @@ if [ "${1:-}" != "--tables-only" ]; then
   fi
   if stage 4; then                            # today's recursive-depth stopping rules, and truncated backprop
     row copy lognormal_poisson 8 --schedule lognormal_poisson --r_bar 6
-    row copy trm_halt 8 --schedule trm_halt
+    row copy trm_halt 8 --schedule trm_halt --trm_steps 3  # gradient through 3 loop steps per supervision step
+    row copy trm_halt_m1 1 --schedule trm_halt              # through one (the default): learns copy more slowly
     row dyck window_bptt3 1 --schedule window --w 5 --bptt_k 3
     row copy window_bptt3 1 --schedule window --w 5 --bptt_k 3
   fi
@@ -72,7 +73,7 @@ if [ "${1:-}" != "--tables-only" ]; then
       row "$t" ponder 8 --schedule ponder
     done
     row dyck lognormal_poisson 8 --schedule lognormal_poisson --r_bar 10
-    row dyck trm_halt 8 --schedule trm_halt
+    row dyck trm_halt 8 --schedule trm_halt --trm_steps 3
   fi
   if [ -n "${EXTEND:-}" ]; then main_rows dyck "$EXTEND"; main_rows copy "$EXTEND"; fi   # toward 32 seeds
 fi
