@@ -71,7 +71,11 @@ def welch(a, b) -> dict:
 
 def brown_forsythe(*groups) -> dict:
     """Brown-Forsythe test of equal spread: z_ij = |x_ij - median_i|, then the one-way ANOVA
-    F = [(N - k) / (k - 1)] sum_i n_i (zbar_i - zbar)^2 / sum_ij (z_ij - zbar_i)^2, p = Pr(F' >= F)."""
+    F = [(N - k) / (k - 1)] sum_i n_i (zbar_i - zbar)^2 / sum_ij (z_ij - zbar_i)^2, p = Pr(F' >= F).
+    Needs three values per group: two lie equally far from their median, so such a group has no spread of
+    z and F is infinite whatever the data (p None then)."""
+    if min(len(g) for g in groups) < 3:
+        return {"F": None, "p": None}
     z = [np.abs(np.asarray(g, float) - np.median(g)) for g in groups]
     k, N = len(z), sum(len(g) for g in z)
     zbar = np.concatenate(z).mean()

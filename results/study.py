@@ -69,7 +69,7 @@ def fmtp(p) -> str:
 
 def verdict(a: list, b: list, higher: bool, spread: bool = False) -> str:
     """Does group a exceed (higher) / fall below group b, in mean (Welch) or spread (Brown-Forsythe)?"""
-    if len(a) < 2 or len(b) < 2:
+    if min(len(a), len(b)) < (3 if spread else 2):  # a spread test needs three seeds a row (stats.brown_forsythe)
         return "not enough seeds"
     p = (stats.brown_forsythe(a, b) if spread else stats.welch(a, b))["p"]
     da, db = (statistics.stdev(a), statistics.stdev(b)) if spread else (statistics.fmean(a), statistics.fmean(b))
@@ -218,7 +218,7 @@ def section(task: str, rows: dict) -> list[str]:
         lines += per_length(rows, ["window", "matched", "ntp", "ntp_pause", "ntp_loop"])
     tested = [(a, b) for a, b in PAIRS if a in rows and b in rows and min(len(rows[a]), len(rows[b])) >= 2]
     if tested:
-        lines += ["Tests between rows (per-seed values):", ""]
+        lines += ["Tests between rows (per-seed values; Brown-Forsythe needs three seeds a row, '-' below that):", ""]
     for a, b in tested:
         parts = []
         for key, name in (("oracle_ood", "Oracle OOD"), ("val_k_ood", "val-K OOD")):

@@ -49,6 +49,13 @@ def test_brown_forsythe_by_hand():
     assert stats.brown_forsythe(A1, A1)["p"] == pytest.approx(1.0)
 
 
+def test_brown_forsythe_needs_three_values_a_group():
+    # two values sit equally far from their median: F was infinite (p 0) for any data, e.g. two seeds a row
+    assert stats.brown_forsythe([0.3, 0.31], [20.5, 9.6])["p"] is None
+    assert stats.compare([0.3, 0.31], [20.5, 9.6])["bf_p"] is None
+    assert 0 < stats.brown_forsythe([0.3, 0.31, 0.29], [20.5, 9.6, 15.0])["p"] < 1
+
+
 def test_against_scipy_when_available():
     ss = pytest.importorskip("scipy.stats")
     rng = np.random.default_rng(0)
