@@ -32,12 +32,17 @@ def bf16(amp):
     return torch.autocast(DEV.split(":")[0], dtype=torch.bfloat16) if amp else contextlib.nullcontext()
 
 
-def steps(cfg, device, amp, n_steps):
-    """The losses of n_steps training steps and the evaluation after them, from seed 0's weights and batches."""
+def setup(cfg, device):
+    """(task, model, schedule, optimizer, data generator, depth generator): seed 0's run on `device`."""
     task, model, schedule = train.build(cfg)
     model.to(device), schedule.to(device)
     opt = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=cfg.lr)
-    data, depth = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    return task, model, schedule, opt, torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+
+
+def steps(cfg, device, amp, n_steps):
+    """The losses of n_steps training steps and the evaluation after them, from seed 0's weights and batches."""
+    task, model, schedule, opt, data, depth = setup(cfg, device)
     losses = []
     for _ in range(n_steps):
         x, y, _, Tn = train_batch(task, cfg.batch_size, cfg.n_min, cfg.n_max, data)
@@ -82,10 +87,7 @@ def part_time(tasks=("dyck", "addition"), schedules=("fixed", "window", "rl"), w
     for task_name in tasks:
         for name in schedules:
             cfg = train.parse_args(["--preset", "paper", "--task", task_name, "--schedule", name])
-            task, model, schedule = train.build(cfg)
-            model.to(DEV), schedule.to(DEV)
-            opt = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=cfg.lr)
-            data, depth = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+            task, model, schedule, opt, data, depth = setup(cfg, DEV)
             batches = [train_batch(task, cfg.batch_size, cfg.n_min, cfg.n_max, data) for _ in range(warmup + iters)]
             row = {"task": task_name, "schedule": name, "d_model": cfg.d_model, "batch_size": cfg.batch_size,
                    "T_max": cfg.T_max, "max_iters": cfg.max_iters}
