@@ -13,7 +13,8 @@ Benchmark of a training run's hot paths, side by side in one process, as one tab
     (e) tokens x loop steps per second: real (non-pad) tokens times their block applications, per second
     (f) what bf16 autocast and torch.compile (of the shared block) buy for the training step
     (g) truncated backpropagation (--bptt_k, Geiping et al. 2025) against full backpropagation: time and
-        peak memory of the training step; the losses must agree (the forward is the same)
+        peak memory of the training step; step 1's losses must agree (the same forward), later ones drift
+        (the gradients differ)
     pad the share of the linear layers' token-steps spent on padding (computed, not timed)
 
     python bench.py --threads 2                # train.py's default size (dyck, window w=5, d_model 64)
@@ -102,6 +103,7 @@ def train_config(cfg: Config, d_model: int) -> train.Config:
     """train.py's Config of the measured run: the window schedule at width d_model, fp32, eager."""
     shared = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(train.Config) if hasattr(cfg, f.name)}
     return train.Config(**{**shared, "schedule": "window", "d_model": d_model, "amp": False, "compile": False,
+                           "bptt_k": 0,  # full backpropagation; only the bptt variant of row (g) truncates
                            "eval_batch_size": cfg.eval_samples})  # row (b) scores each length in one batch
 
 
@@ -192,9 +194,9 @@ class Variant:
     gen: torch.Generator  # depth draws, seeded alike in every variant
     autocast: object
     depths: list = field(default_factory=list)  # (B,) depths drawn, one per batch (warm-up included)
-    # per timed step: seconds, task loss, FLOPs (step_flops), real tokens x their loop steps
+    losses: list = field(default_factory=list)  # task loss of every step (warm-up included)
+    # per timed step: seconds, FLOPs (step_flops), real tokens x their loop steps
     times: list = field(default_factory=list)
-    losses: list = field(default_factory=list)
     flops: list = field(default_factory=list)
     work: list = field(default_factory=list)
     warm_s: float = 0.0
@@ -236,7 +238,7 @@ def make_batches(task, cfg: train.Config, count: int, device: str) -> list:
 
 
 def run_variants(variants: list[Variant], batches: list, warmup: int, device: str) -> list[Variant]:
-    """Every batch through every variant in turn; the first `warmup` steps are not recorded."""
+    """Every batch through every variant in turn; the first `warmup` steps are not timed."""
     for i, (x, y, Tn) in enumerate(batches):
         real = (x != PAD).sum(1).cpu()  # (B,) real tokens per sample
         for v in [v for v in variants if not v.error]:
@@ -249,12 +251,12 @@ def run_variants(variants: list[Variant], batches: list, warmup: int, device: st
                 v.error = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"[:160]
                 continue
             v.depths.append(depth)
+            v.losses.append(stats["loss"])  # every step: step 1 is the only one with the same weights in all
             if i < warmup:
                 v.warm_s += dt
                 continue
             mc = v.model.cfg
             v.times.append(dt)
-            v.losses.append(stats["loss"])
             v.work.append(int((real * depth).sum()))
             v.flops.append(step_flops(depth, x.shape[1], mc.d_model, mc.n_layer, mc.vocab_size))
     return variants
@@ -267,7 +269,7 @@ def per_second(v: Variant, amounts: list) -> float:
 
 def compare_row(row: str, what: str, v: Variant, ref: Variant, target: str = "", tol: float = math.inf) -> list[str]:
     """Two variants on the same batches and depths: median time per step, ratio ref / v, and how far their
-    losses drift apart (step 1 must agree within tol: same weights, batch and depths)."""
+    losses drift apart (step 1, warm-up included, must agree within tol: same weights, batch and depths)."""
     t, t_ref = statistics.median(v.times), statistics.median(ref.times)
     diffs = [abs(a - b) for a, b in zip(v.losses, ref.losses)]
     if diffs[0] > tol:

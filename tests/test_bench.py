@@ -66,7 +66,7 @@ def test_active_set_and_unroll_give_the_same_losses():
     act, unroll = bench.run_variants([bench.make_variant(n, cfg, cfg.d_model, "cpu") for n in ("active", "unroll")],
                                      batches, 1, "cpu")
     assert unroll.schedule.active_set is False and act.schedule.active_set is True
-    assert len(act.losses) == len(unroll.losses) == 2 and len(act.depths) == 3
+    assert len(act.losses) == len(unroll.losses) == len(act.depths) == 3 and len(act.times) == 2
     row = bench.compare_row("(a)", "", act, unroll, tol=1e-5)  # raises if step 1 disagrees
     assert max(abs(a - b) for a, b in zip(act.losses, unroll.losses)) < 1e-5, row
     # both drew the same depths, and the weights moved the same way
@@ -75,6 +75,17 @@ def test_active_set_and_unroll_give_the_same_losses():
     for p, q in zip(act.model.parameters(), unroll.model.parameters()):
         assert torch.allclose(p, q, atol=1e-5)
     assert any(not torch.equal(p, q) for p, q in zip(act.model.parameters(), model.parameters()))  # it trained
+
+
+def test_only_the_bptt_variant_truncates_and_it_keeps_less_for_backward():
+    # --bptt_k is a bench flag (row (g)); every other variant backpropagates through all loop steps
+    cfg, task, model = tiny()
+    v = {n: bench.make_variant(n, cfg, 64, "cpu") for n in ("active", "unroll", "bptt")}
+    assert (v["active"].cfg.bptt_k, v["unroll"].cfg.bptt_k, v["bptt"].cfg.bptt_k) == (0, 0, cfg.bptt_k) != (0, 0, 0)
+    x, y, _, Tn = eval_set(task, [6], 6, seed=0)[6]  # depth ~ n + D >= 1, up to T_max = 6 > bptt_k = 3
+    Tn = Tn + 4  # push the window's depths to T_max for everyone: 6 steps kept by active, 3 by bptt
+    full, cut = (float(bench.memory_row("(d)", v[n], (x, y, Tn), "cpu")[2].split()[0]) for n in ("active", "bptt"))
+    assert cut < full, (cut, full)
 
 
 def test_compare_row_catches_disagreeing_losses():
