@@ -120,7 +120,7 @@ RECIPES = {
     "parity": dict(n_max=10, T_max=15, T_test=30, test_lengths=GRID10, lr=1e-3, max_iters=2500),
     "binary_sum": dict(n_max=10, T_max=15, T_test=30, test_lengths=GRID10, lr=1e-3, max_iters=4000),
     # V = 32 > n_max: OOD answers (up to ~20 distinct values at n = 30) are longer than any training answer
-    "unique_set": dict(V=32, n_max=10, T_max=15, T_test=30, test_lengths=GRID10, lr=1e-3, max_iters=3000),
+    "unique_set": dict(V=32, n_max=10, T_max=15, T_test=30, test_lengths=GRID10, lr=1e-3, max_iters=4000),
     # n <= 8 bits per operand (the CPU's budget); OOD grid to 3x
     "addition": dict(n_max=8, T_max=13, T_test=24, test_lengths="4,6,8,10,12,14,16,18,20,22,24", lr=1e-3,
                      max_iters=2500),
