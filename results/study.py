@@ -69,9 +69,11 @@ def fmtp(p) -> str:
 
 def verdict(a: list, b: list, higher: bool, spread: bool = False) -> str:
     """Does group a exceed (higher) / fall below group b, in mean (Welch) or spread (Brown-Forsythe)?"""
-    if min(len(a), len(b)) < (3 if spread else 2):  # a spread test needs three seeds a row (stats.brown_forsythe)
+    if min(len(a), len(b)) < 2:
         return "not enough seeds"
     p = (stats.brown_forsythe(a, b) if spread else stats.welch(a, b))["p"]
+    if p is None:  # stats.brown_forsythe needs three values a group
+        return "not enough seeds"
     da, db = (statistics.stdev(a), statistics.stdev(b)) if spread else (statistics.fmean(a), statistics.fmean(b))
     what = f"{'Std' if spread else 'mean'} {da:.1f} vs {db:.1f}, p = {fmtp(p)}"
     if p >= 0.05:
