@@ -84,7 +84,7 @@ def plots(rows: dict) -> None:
 def main() -> None:
     rows = {t: evaluate.load_eval(run_dir(t)) for t in train.RECIPES if run_dir(t)}
     lines = ["| task | recipe (`python train.py --task T` sets) | steps | minutes | ID | Oracle OOD | val-K OOD | "
-             "shortcut OOD | Front@90 | acc vs K at one OOD length |", "|---" * 10 + "|"]
+             "shortcut OOD | hard subset, Oracle OOD | Front@90 | acc vs K at one OOD length |", "|---" * 11 + "|"]
     for task, e in rows.items():
         m, r = e["metrics"], train.RECIPES[task]
         stale = {k: e["config"].get(k) for k, v in r.items() if e["config"].get(k) != v}
@@ -94,7 +94,8 @@ def main() -> None:
         recipe = " ".join(f"--{k} {v}" for k, v in r.items() if k != "test_lengths") or "the defaults"
         lines.append(f"| {task} | {recipe} | {e['steps']} | {e['train_time_s'] / 60:.1f} | {fmt(m['policy_id'])} | "
                      f"{evaluate.vs_shortcut(m['oracle_ood'], m['shortcut_ood'])} | {fmt(m['val_k_ood'])} | "
-                     f"{fmt(m['shortcut_ood'])} ({m['shortcut_ood_name']}) | {fmt(m['front90'], '')} | n = {n}: "
+                     f"{fmt(m['shortcut_ood'])} ({m['shortcut_ood_name']}) | {fmt(m.get('oracle_hard_ood'))} | "
+                     f"{fmt(m['front90'], '')} | n = {n}: "
                      + ", ".join(f"K={k} {a:.2f}" for k, a in ks) + " |")
     if rows:
         plots(rows)
