@@ -46,6 +46,11 @@ NOTES = {
 }
 
 
+def stale(task: str, e: dict) -> dict:
+    """The recipe settings (train.RECIPES) that the run in eval.json `e` was trained without: {flag: its value}."""
+    return {k: e["config"].get(k) for k, v in train.RECIPES[task].items() if e["config"].get(k) != v}
+
+
 def fmt(v, spec=".1f"):
     return "-" if v is None else format(v, spec)
 
@@ -87,9 +92,8 @@ def main() -> None:
              "shortcut OOD | hard subset, Oracle OOD | Front@90 | acc vs K at one OOD length |", "|---" * 11 + "|"]
     for task, e in rows.items():
         m, r = e["metrics"], train.RECIPES[task]
-        stale = {k: e["config"].get(k) for k, v in r.items() if e["config"].get(k) != v}
-        if stale:  # the row would show one recipe and the numbers of another
-            raise SystemExit(f"{run_dir(task)} was not trained with {task}'s recipe: it has {stale}; rerun it")
+        if stale(task, e):  # the row would show one recipe and the numbers of another
+            raise SystemExit(f"{run_dir(task)} was not trained with {task}'s recipe: it has {stale(task, e)}; rerun it")
         n, ks = depth_row(e)
         recipe = " ".join(f"--{k} {v}" for k, v in r.items() if k != "test_lengths") or "the defaults"
         lines.append(f"| {task} | {recipe} | {e['steps']} | {e['train_time_s'] / 60:.1f} | {fmt(m['policy_id'])} | "
