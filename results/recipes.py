@@ -92,8 +92,8 @@ def main() -> None:
              "shortcut OOD | hard subset, Oracle OOD | Front@90 | acc vs K at one OOD length |", "|---" * 11 + "|"]
     for task, e in rows.items():
         m, r = e["metrics"], train.RECIPES[task]
-        if stale(task, e):  # the row would show one recipe and the numbers of another
-            raise SystemExit(f"{run_dir(task)} was not trained with {task}'s recipe: it has {stale(task, e)}; rerun it")
+        if wrong := stale(task, e):  # the row would show one recipe and the numbers of another
+            raise SystemExit(f"{run_dir(task)} was not trained with {task}'s recipe: it has {wrong}; rerun it")
         n, ks = depth_row(e)
         recipe = " ".join(f"--{k} {v}" for k, v in r.items() if k != "test_lengths") or "the defaults"
         lines.append(f"| {task} | {recipe} | {e['steps']} | {e['train_time_s'] / 60:.1f} | {fmt(m['policy_id'])} | "
