@@ -20,3 +20,17 @@ def test_every_committed_recipe_run_was_trained_with_todays_recipe():
 def test_a_changed_recipe_is_caught(monkeypatch):
     monkeypatch.setitem(train.RECIPES, "addition", {**train.RECIPES["addition"], "max_iters": 6000})
     assert recipes.stale("addition", evaluate.load_eval(recipes.run_dir("addition"))) == {"max_iters": 8000}
+
+
+def test_study_verdicts_follow_the_evidence():
+    import study
+    run = lambda v: {"metrics": {"oracle_ood": v, "gap": 0.0, "front90": 10, "val_k_ood": v}, "n_max": 10,
+                     "config": {"T_max": 15}}
+    tight, wide = [run(50 + d) for d in (-1, 0, 1, 0, 1, -1)], [run(50 + d) for d in (-30, 0, 30, -25, 25, 5)]
+    verdicts = dict(study.claims({"window": tight, "matched": wide}))
+    assert verdicts["window has a smaller spread of Oracle OOD than matched"].startswith("reproduced")
+    assert verdicts["window has a smaller spread of Oracle OOD than fixed"] == "not run yet (no seeds of fixed)"
+    verdicts = dict(study.claims({"window": wide, "matched": tight}))
+    assert verdicts["window has a smaller spread of Oracle OOD than matched"].startswith("contradicted")
+    assert dict(study.claims({"window": tight, "matched": tight[:3]}))[
+        "window has a smaller spread of Oracle OOD than matched"].startswith("not significant at 6 and 3 seeds")
