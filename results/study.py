@@ -67,7 +67,11 @@ def per_seed(runs: list, key: str) -> list:
 
 
 def fmtp(p) -> str:
-    return "-" if p is None else (f"{p:.2g}" if p >= 0.001 else f"{p:.1e}")
+    if p is None:
+        return "-"
+    if 0.0445 <= p < 0.0555:  # two digits would print 0.05 on either side of the threshold
+        return f"{p:.4f}"
+    return f"{p:.2g}" if p >= 0.001 else f"{p:.1e}"
 
 
 def verdict(a: list, b: list, higher: bool, spread: bool = False) -> str:
