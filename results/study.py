@@ -99,7 +99,8 @@ def claims(rows: dict) -> list[tuple[str, str]]:
             out.append((text, f"not run yet (no seeds of {', '.join(missing)})"))
             return
         # a row short of its planned size is an interim look: repeated looks overstate significance
-        short = [f"{n} {len(rows[n])} of {16 if n in MAIN else 8}" for n in names if len(rows[n]) < (16 if n in MAIN else 8)]
+        planned = {n: 16 if n in MAIN else 8 for n in names}
+        short = [f"{n} {len(rows[n])} of {planned[n]}" for n in names if len(rows[n]) < planned[n]]
         v = test()
         if short:
             v = v.replace("reproduced", "consistent with the paper", 1).replace("contradicted", "against the paper", 1)
