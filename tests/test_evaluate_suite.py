@@ -129,6 +129,15 @@ def test_rows_are_keyed_on_every_setting_and_labelled_by_what_differs():
     assert "window w=5 T_max=20 d_model=64" in labels
 
 
+def test_fixed_c_0_is_the_row_of_c_T_max_and_meets_the_paper_row():
+    runs = [synthetic_eval(0, [1.0, 0.9, 0.8], schedule="fixed", c=0, T_max=20),
+            synthetic_eval(1, [1.0, 0.9, 0.8], schedule="fixed", c=20, T_max=20)]
+    groups = tables.group_runs(runs)
+    assert list(groups) == [("dyck", "fixed c=20")] and len(groups["dyck", "fixed c=20"]) == 2
+    md, _ = tables.table(groups, paper=True)
+    assert "| fixed c=20 (paper) |" in md
+
+
 def test_a_row_with_runs_on_different_grids_is_refused():
     a, b = synthetic_eval(0, [1.0, 0.9, 0.8]), synthetic_eval(1, [1.0, 0.9, 0.8])
     b["lengths"] = [10, 20, 30, 45]
