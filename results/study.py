@@ -104,7 +104,9 @@ def claims(rows: dict) -> list[tuple[str, str]]:
         # a row short of its planned size is an interim look: repeated looks overstate significance
         planned = {n: 16 if n in MAIN else 8 for n in (a, b)}
         short = [f"{n} {len(rows[n])} of {planned[n]}" for n in (a, b) if len(rows[n]) < planned[n]]
-        if higher is None:
+        if higher is None and min(len(rows[a]), len(rows[b])) < 2:
+            v = "not enough seeds"
+        elif higher is None:
             p = stats.welch(g(a, key), g(b, key))["p"]
             v = f"{'no significant difference' if p >= 0.05 else 'they differ'} (p = {fmtp(p)}; not a proof of equality)"
         else:

@@ -37,3 +37,5 @@ def test_study_verdicts_follow_the_evidence():
     assert interim["window has a smaller spread of Oracle OOD than matched"].endswith("window 8 of 16, matched 8 of 16")
     assert dict(study.claims({"window": tight, "matched": tight[:3]}))[
         "window has a smaller spread of Oracle OOD than matched"].startswith("not significant at 16 and 3 seeds")
+    no_direction = dict(study.claims({"window": tight, "multidepth": wide[:1]}))["multidepth ~ window (Oracle OOD)"]
+    assert no_direction.startswith("not enough seeds; interim look"), no_direction
