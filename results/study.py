@@ -74,14 +74,17 @@ def fmtp(p) -> str:
     return f"{p:.2g}" if p >= 0.001 else f"{p:.1e}"
 
 
-def verdict(a: list, b: list, higher: bool, spread: bool = False, interim: bool = False) -> str:
+def verdict(a: list, b: list, higher: bool | None, spread: bool = False, interim: bool = False) -> str:
     """Does group a exceed (higher) / fall below group b, in mean (Welch) or spread (Brown-Forsythe)?
-    On an interim look (a row short of its planned seeds) a significant result is worded more weakly."""
+    higher None: no direction, a test of difference only. On an interim look (a row short of its
+    planned seeds) a significant result is worded more weakly."""
     if min(len(a), len(b)) < 2:
         return "not enough seeds"
     p = (stats.brown_forsythe(a, b) if spread else stats.welch(a, b))["p"]
     if p is None:  # stats.brown_forsythe needs three values a group
         return "not enough seeds"
+    if higher is None:
+        return f"{'no significant difference' if p >= 0.05 else 'they differ'} (p = {fmtp(p)}; not a proof of equality)"
     da, db = (statistics.stdev(a), statistics.stdev(b)) if spread else (statistics.fmean(a), statistics.fmean(b))
     what = f"{'Std' if spread else 'mean'} {da:.1f} vs {db:.1f}, p = {fmtp(p)}"
     if p >= 0.05:
@@ -104,13 +107,7 @@ def claims(rows: dict) -> list[tuple[str, str]]:
         # a row short of its planned size is an interim look: repeated looks overstate significance
         planned = {n: 16 if n in MAIN else 8 for n in (a, b)}
         short = [f"{n} {len(rows[n])} of {planned[n]}" for n in (a, b) if len(rows[n]) < planned[n]]
-        if higher is None and min(len(rows[a]), len(rows[b])) < 2:
-            v = "not enough seeds"
-        elif higher is None:
-            p = stats.welch(g(a, key), g(b, key))["p"]
-            v = f"{'no significant difference' if p >= 0.05 else 'they differ'} (p = {fmtp(p)}; not a proof of equality)"
-        else:
-            v = verdict(g(a, key), g(b, key), higher, spread, interim=bool(short))
+        v = verdict(g(a, key), g(b, key), higher, spread, interim=bool(short))
         out.append((text, v + (f"; interim look, planned seeds: {', '.join(short)}" if short else "")))
 
     for s in ("window", "rl"):
