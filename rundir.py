@@ -105,7 +105,7 @@ def validate(cfg) -> None:
     if not ns:
         raise ValueError(f"--test_lengths {cfg.test_lengths!r}: must be comma-separated integers")
     task = get_task(cfg.task, **task_kwargs(cfg.task, dataclasses.asdict(cfg)))
-    knobs = {**dataclasses.asdict(cfg), "c": cfg.c or cfg.T_max, "pad_id": PAD}
+    knobs = {**dataclasses.asdict(cfg), "c": cfg.depth_c, "pad_id": PAD}
     if cfg.schedule in ntp.SCHEDULES:  # the NTP baselines (ntp.py): their messages name the flags
         ntp.make(cfg.schedule, dataclasses.asdict(cfg), task)
     else:

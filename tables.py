@@ -41,7 +41,7 @@ def run_key(e: dict) -> tuple:
     does not know (added to train.py later, off by default) counts as its default."""
     import train  # train.py imports this file: its defaults are looked up when a table is made
     c, s, t = {**dataclasses.asdict(train.Config()), **e["config"]}, e["schedule"], e["task"]
-    c["c"] = c["c"] or c["T_max"]  # c = 0 means c = T_max (train.py): the same experiment, labelled by its depth
+    c["c"] = train.Config(c=c["c"], T_max=c["T_max"]).depth_c  # c = 0 and c = T_max: one experiment, labelled by its depth
     own = set(settings(s)) if s in SCHEDULES else set(ntp.SETTINGS.get(s, ()))
     drop = BOOKKEEPING | (SCHEDULE_KNOBS - own) | (TASK_KNOBS - set(TASKS[t].knobs if t in TASKS else ()))
     return tuple(sorted((k, v) for k, v in {**c, "task": t, "schedule": s}.items() if k not in drop))

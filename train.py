@@ -108,6 +108,11 @@ class Config:
     eval_seed: int = opt(1234, "seed of the fixed evaluation sets (test: eval_seed, validation: eval_seed + 1)")
     test_lengths: str = opt("5,10,15,19,20,25,30,35,40,45,50,55,60", "comma-separated test lengths")
 
+    @property
+    def depth_c(self) -> int:
+        """The constant depth c that --c names: 0 means c = T_max."""
+        return self.c or self.T_max
+
 
 # Per-task CPU recipes: what `python train.py --task T` uses unless a flag says otherwise. dyck is the
 # defaults above. The reasons behind each choice are in results/README.md.
@@ -165,7 +170,7 @@ def seeds_of(cfg: Config) -> dict:
 
 def trained_depth(cfg: Config) -> int:
     """The deepest step training supervises: the vanilla baseline gets exactly that many blocks."""
-    return (cfg.c or cfg.T_max) if cfg.schedule == "fixed" else cfg.T_max
+    return cfg.depth_c if cfg.schedule == "fixed" else cfg.T_max
 
 
 def build(cfg: Config):
@@ -182,7 +187,7 @@ def build(cfg: Config):
                                           n_layer=cfg.n_layer, dropout=cfg.dropout, inject=cfg.inject,
                                           looped=cfg.looped, n_loops=trained_depth(cfg)))
     torch.manual_seed(stream(s["head"], "head"))
-    knobs = {**dataclasses.asdict(cfg), "c": cfg.c or cfg.T_max, "pad_id": PAD}
+    knobs = {**dataclasses.asdict(cfg), "c": cfg.depth_c, "pad_id": PAD}
     schedule = make_schedule(cfg.schedule, **{k: knobs[k] for k in settings(cfg.schedule)})
     torch.manual_seed(stream(s["torch"], "torch"))  # dropout, if any
     return task, model, schedule
