@@ -15,6 +15,7 @@ rest) is an interim look, and repeated looks overstate significance: there a sig
 import os
 import statistics
 import sys
+from typing import NamedTuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -93,8 +94,15 @@ def verdict(a: list, b: list, higher: bool | None, spread: bool = False, interim
     return words[(da > db) != higher] + f" ({what})"
 
 
-def claims(rows: dict) -> list[tuple[str, str]]:
-    """(claim, verdict) for every claim of the primary paper; a claim whose rows this task lacks says so."""
+class Claim(NamedTuple):
+    text: str
+    verdict: str
+    rows: tuple[str, str]  # the two rows compared
+    spread: bool  # a test of spread (Brown-Forsythe), else of means (Welch)
+
+
+def claims(rows: dict) -> list[Claim]:
+    """Every claim of the primary paper with its verdict on this task; a claim whose rows this task lacks says so."""
     g = lambda name, key="oracle_ood": per_seed(rows[name], key)
     out = []
 
@@ -102,13 +110,13 @@ def claims(rows: dict) -> list[tuple[str, str]]:
         """a is higher (True) / lower (False) than b, or (None) no direction: a test of difference only."""
         missing = [n for n in (a, b) if n not in rows]
         if missing:
-            out.append((text, f"not run yet (no seeds of {', '.join(missing)})"))
+            out.append(Claim(text, f"not run yet (no seeds of {', '.join(missing)})", (a, b), spread))
             return
         # a row short of its planned size is an interim look: repeated looks overstate significance
         planned = {n: 16 if n in MAIN else 8 for n in (a, b)}
         short = [f"{n} {len(rows[n])} of {planned[n]}" for n in (a, b) if len(rows[n]) < planned[n]]
         v = verdict(g(a, key), g(b, key), higher, spread, interim=bool(short))
-        out.append((text, v + (f"; interim look, planned seeds: {', '.join(short)}" if short else "")))
+        out.append(Claim(text, v + (f"; interim look, planned seeds: {', '.join(short)}" if short else ""), (a, b), spread))
 
     for s in ("window", "rl"):
         for d in ("fixed", "matched"):
@@ -250,8 +258,8 @@ def section(task: str, rows: dict) -> list[str]:
     verdicts = claims(rows)
     if verdicts:
         lines += ([""] if lines[-1] else []) + ["| claim of the primary paper | verdict on this task |", "|---|---|"]
-        lines += [f"| {c} | {v} |" for c, v in verdicts]
-        tested = sum(not v.startswith("not run") for _, v in verdicts)
+        lines += [f"| {c.text} | {c.verdict} |" for c in verdicts]
+        tested = sum(not c.verdict.startswith("not run") for c in verdicts)
         lines += ["", f"Each p-value is one test at 0.05, not corrected for the {tested} claims tested here: "
                   "a lone \"reproduced\" among many is weak evidence."]
     return lines + [""]
@@ -273,8 +281,8 @@ def headline_rows(task: str, rows: dict) -> list[str]:
         v = lambda key: ms([x for x in per_seed(rows[n], key) if x is not None])
         lines.append(f"| {ROWS[n][0]} | {len(rows[n])} | {v('oracle_ood')} | {v('val_k_ood')} |" +
                      (f" {v('oracle_hard_ood')} |" if hard else ""))
-    spread = [(c, v) for c, v in claims(rows) if "spread" in c and c.split()[0] in MAIN and not v.startswith("not run")]
-    return lines + ([""] + [f"- {c}: {v}" for c, v in spread] if spread else []) + [""]
+    spread = [c for c in claims(rows) if c.spread and set(c.rows) <= set(MAIN) and not c.verdict.startswith("not run")]
+    return lines + ([""] + [f"- {c.text}: {c.verdict}" for c in spread] if spread else []) + [""]
 
 
 def main() -> None:

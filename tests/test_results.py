@@ -27,15 +27,27 @@ def test_study_verdicts_follow_the_evidence():
     run = lambda v: {"metrics": {"oracle_ood": v, "gap": 0.0, "front90": 10, "val_k_ood": v}, "n_max": 10,
                      "config": {"T_max": 15}}
     tight, wide = [run(50 + d) for d in (-1, 0, 1, 0) * 4], [run(50 + d) for d in (-30, 0, 30, -25) * 4]
-    verdicts = dict(study.claims({"window": tight, "matched": wide}))
+    claims = lambda rows: {c.text: c.verdict for c in study.claims(rows)}
+    verdicts = claims({"window": tight, "matched": wide})
     assert verdicts["window has a smaller spread of Oracle OOD than matched"].startswith("reproduced")
     assert verdicts["window has a smaller spread of Oracle OOD than fixed"] == "not run yet (no seeds of fixed)"
-    verdicts = dict(study.claims({"window": wide, "matched": tight}))
+    verdicts = claims({"window": wide, "matched": tight})
     assert verdicts["window has a smaller spread of Oracle OOD than matched"].startswith("contradicted")
-    interim = dict(study.claims({"window": tight[:8], "matched": wide[:8]}))  # rows planned at 16 seeds
+    interim = claims({"window": tight[:8], "matched": wide[:8]})  # rows planned at 16 seeds
     assert interim["window has a smaller spread of Oracle OOD than matched"].startswith("consistent with the paper")
     assert interim["window has a smaller spread of Oracle OOD than matched"].endswith("window 8 of 16, matched 8 of 16")
-    assert dict(study.claims({"window": tight, "matched": tight[:3]}))[
+    assert claims({"window": tight, "matched": tight[:3]})[
         "window has a smaller spread of Oracle OOD than matched"].startswith("not significant at 16 and 3 seeds")
-    no_direction = dict(study.claims({"window": tight, "multidepth": wide[:1]}))["multidepth ~ window (Oracle OOD)"]
+    no_direction = claims({"window": tight, "multidepth": wide[:1]})["multidepth ~ window (Oracle OOD)"]
     assert no_direction.startswith("not enough seeds; interim look"), no_direction
+
+
+def test_the_headline_shows_the_main_rows_and_only_their_spread_verdicts():
+    import study
+    run = lambda v: {"metrics": {"oracle_ood": v, "gap": 0.0, "front90": 10, "val_k_ood": v, "shortcut_ood": 1.0,
+                                 "shortcut_ood_name": "constant"}, "n_max": 10, "config": {"T_max": 15}}
+    tight, wide = [run(50 + d) for d in (-1, 0, 1, 0) * 4], [run(50 + d) for d in (-30, 0, 30, -25) * 4]
+    text = "\n".join(study.headline_rows("copy", {"window": tight, "matched": wide, "ponder": wide[:8]}))
+    assert "| window w=5 | 16 | 50.0 ± 0.7 |" in text and "| matched | 16 |" in text and "ponder" not in text
+    assert "- window has a smaller spread of Oracle OOD than matched: reproduced" in text
+    assert "than fixed" not in text  # a claim whose rows were not run stays out of the headline
