@@ -23,8 +23,7 @@ import subprocess
 import torch
 
 import ntp
-from halting import make_schedule, settings
-from tasks import PAD, get_task, task_kwargs
+from tasks import get_task, task_kwargs
 
 RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
 # settings that may differ when a run is resumed: they change how it is computed (device, threads, bf16
@@ -105,12 +104,11 @@ def validate(cfg) -> None:
     if not ns:
         raise ValueError(f"--test_lengths {cfg.test_lengths!r}: must be comma-separated integers")
     task = get_task(cfg.task, **task_kwargs(cfg.task, dataclasses.asdict(cfg)))
-    knobs = {**dataclasses.asdict(cfg), "c": cfg.depth_c, "pad_id": PAD}
     if cfg.schedule in ntp.SCHEDULES:  # the NTP baselines (ntp.py): their messages name the flags
         ntp.make(cfg.schedule, dataclasses.asdict(cfg), task)
     else:
         try:  # the schedule checks its own knobs; its messages name them as name=value
-            make_schedule(cfg.schedule, **{k: knobs[k] for k in settings(cfg.schedule)})
+            cfg.stop_schedule()
         except ValueError as err:
             raise ValueError(f"--{err}") from None
     for n in ns + [cfg.n_min, cfg.n_max]:

@@ -113,6 +113,11 @@ class Config:
         """The constant depth c that --c names: 0 means c = T_max."""
         return self.c or self.T_max
 
+    def stop_schedule(self):
+        """The stop schedule --schedule names, built from the knobs it takes (halting.settings)."""
+        knobs = {**dataclasses.asdict(self), "c": self.depth_c, "pad_id": PAD}
+        return make_schedule(self.schedule, **{k: knobs[k] for k in settings(self.schedule)})
+
 
 # Per-task CPU recipes: what `python train.py --task T` uses unless a flag says otherwise. dyck is the
 # defaults above. The reasons behind each choice are in results/README.md.
@@ -187,8 +192,7 @@ def build(cfg: Config):
                                           n_layer=cfg.n_layer, dropout=cfg.dropout, inject=cfg.inject,
                                           looped=cfg.looped, n_loops=trained_depth(cfg)))
     torch.manual_seed(stream(s["head"], "head"))
-    knobs = {**dataclasses.asdict(cfg), "c": cfg.depth_c, "pad_id": PAD}
-    schedule = make_schedule(cfg.schedule, **{k: knobs[k] for k in settings(cfg.schedule)})
+    schedule = cfg.stop_schedule()
     torch.manual_seed(stream(s["torch"], "torch"))  # dropout, if any
     return task, model, schedule
 
