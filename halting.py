@@ -120,7 +120,6 @@ class Schedule(nn.Module):
     active_set=False is the reference path: everyone unrolled to max tau, each sample's step gathered."""
 
     name = "base"
-    needs_hidden = False  # does policy() read the hidden states?
 
     def __init__(self, *, T_max: int = 20, active_set: bool = True, bptt_k: int = 0):
         super().__init__()
@@ -324,7 +323,6 @@ class HaltingHead(Schedule):
     r_t = sigmoid(q_phi(h_t)), h_t = Pool(H_t) over the real tokens (pad_id: the padding token, whose
     positions are left out of the pool; None: every position is real)."""
 
-    needs_hidden = True
     detach_input = False  # rl: True (the head never sends gradient into the transformer)
 
     def __init__(self, *, d_model: int, pad_id: int | None = None, **base):

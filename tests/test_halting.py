@@ -317,7 +317,7 @@ def test_act_loss_is_mean_field_ce_plus_ponder_cost():
 
 def test_make_schedule_refuses_unknown_or_misspelt_knobs_and_bad_values():
     s = make_schedule("rl", d_model=16, lambda_ent=0.01)
-    assert s.lambda_ent == 0.01 and s.needs_hidden
+    assert s.lambda_ent == 0.01
     with pytest.raises(ValueError, match="lamda_ent"):  # a misspelt knob is an error, not silently ignored
         make_schedule("rl", d_model=16, lamda_ent=0.5)
     with pytest.raises(ValueError, match="w"):  # a knob of another schedule too
