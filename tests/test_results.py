@@ -22,11 +22,16 @@ def test_a_changed_recipe_is_caught(monkeypatch):
     assert recipes.stale("addition", evaluate.load_eval(recipes.run_dir("addition"))) == {"max_iters": 8000}
 
 
+def study_rows():
+    """Two 16-seed rows of made-up study runs: a tight one (Std 0.7) and a wide one (Std 24.6)."""
+    run = lambda v: {"metrics": {"oracle_ood": v, "gap": 0.0, "front90": 10, "val_k_ood": v, "shortcut_ood": 1.0,
+                                 "shortcut_ood_name": "constant"}, "n_max": 10, "config": {"T_max": 15}}
+    return [run(50 + d) for d in (-1, 0, 1, 0) * 4], [run(50 + d) for d in (-30, 0, 30, -25) * 4]
+
+
 def test_study_verdicts_follow_the_evidence():
     import study
-    run = lambda v: {"metrics": {"oracle_ood": v, "gap": 0.0, "front90": 10, "val_k_ood": v}, "n_max": 10,
-                     "config": {"T_max": 15}}
-    tight, wide = [run(50 + d) for d in (-1, 0, 1, 0) * 4], [run(50 + d) for d in (-30, 0, 30, -25) * 4]
+    tight, wide = study_rows()
     claims = lambda rows: {c.text: c.verdict for c in study.claims(rows)}
     verdicts = claims({"window": tight, "matched": wide})
     assert verdicts["window has a smaller spread of Oracle OOD than matched"].startswith("reproduced")
@@ -44,9 +49,7 @@ def test_study_verdicts_follow_the_evidence():
 
 def test_the_headline_shows_the_main_rows_and_only_their_spread_verdicts():
     import study
-    run = lambda v: {"metrics": {"oracle_ood": v, "gap": 0.0, "front90": 10, "val_k_ood": v, "shortcut_ood": 1.0,
-                                 "shortcut_ood_name": "constant"}, "n_max": 10, "config": {"T_max": 15}}
-    tight, wide = [run(50 + d) for d in (-1, 0, 1, 0) * 4], [run(50 + d) for d in (-30, 0, 30, -25) * 4]
+    tight, wide = study_rows()
     text = "\n".join(study.headline_rows("copy", {"window": tight, "matched": wide, "ponder": wide[:8]}))
     assert "| window w=5 | 16 | 50.0 ± 0.7 |" in text and "| matched | 16 |" in text and "ponder" not in text
     assert "- window has a smaller spread of Oracle OOD than matched: reproduced" in text
