@@ -45,6 +45,11 @@ def test_study_verdicts_follow_the_evidence():
         "window has a smaller spread of Oracle OOD than matched"].startswith("not significant at 16 and 3 seeds")
     no_direction = claims({"window": tight, "multidepth": wide[:1]})["multidepth ~ window (Oracle OOD)"]
     assert no_direction.startswith("not enough seeds; interim look"), no_direction
+    lower = [{**r, "metrics": {**r["metrics"], "oracle_ood": r["metrics"]["oracle_ood"] - 10}} for r in tight[:8]]
+    ablations = claims({"fixed_window": tight[:8], "fixed": wide, "rl_ent0.1": lower, "rl": tight})
+    assert ablations["fixed_window (c +- w) has a smaller spread of Oracle OOD than fixed"].startswith("reproduced")
+    assert ablations["lambda_ent = 0.1 is too uniform (lower Oracle OOD than 0.001)"].startswith("reproduced")
+    assert ablations["lambda_ent = 0 collapses (lower Oracle OOD than 0.001)"] == "not run yet (no seeds of rl_ent0)"
 
 
 def test_the_headline_shows_the_main_rows_and_only_their_spread_verdicts():
