@@ -72,6 +72,7 @@ if [ "${1:-}" != "--tables-only" ]; then
       row "$t" multidepth 8 --schedule multidepth --w 5
       row "$t" ponder 8 --schedule ponder
     done
+    row copy fixed_window 16 --schedule fixed_window --w 5   # extended after its 8-seed look (results/study.py PLANNED)
     row dyck lognormal_poisson 8 --schedule lognormal_poisson --r_bar 10
     row dyck trm_halt 8 --schedule trm_halt --trm_steps 3
   fi
