@@ -35,6 +35,7 @@ ROWS = {"fixed": ("fixed c=T_max", "fixed c=20"), "matched": ("matched", "matche
         "trm_halt_m1": ("trm_halt trm_steps=1", None),
         "rl_ent0": ("rl lambda_ent=0", "rl lambda_ent=0"), "rl_ent0.1": ("rl lambda_ent=0.1", "rl lambda_ent=0.1"),
         "rl_tmax5": ("rl T_max=5", "rl T_max=5"), "rl_tmax10": ("rl T_max=10", "rl T_max=10"),
+        "rl_tmax20": ("rl T_max=20", None),
         "window_fixed_init": ("window, init_seed 0, data seed varies", None),
         "window_fixed_data": ("window, data_seed 0, init seed varies", None),
         "window_bptt3": ("window w=5, bptt_k 3", None), "ntp": ("ntp (one depth)", None),

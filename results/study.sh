@@ -63,6 +63,7 @@ if [ "${1:-}" != "--tables-only" ]; then
     row copy rl_ent0.1 8 --schedule rl --lambda_ent 0.1
     row copy rl_tmax5 8 --schedule rl --T_max 5
     row copy rl_tmax10 8 --schedule rl --T_max 10
+    row copy rl_tmax20 8 --schedule rl --T_max 20   # the paper's T_max; the copy recipe's is 15 (the rl row)
     row copy window_fixed_init 8 --schedule window --init_seed 0   # initialisation fixed, data order varies
     row copy window_fixed_data 8 --schedule window --data_seed 0   # data order fixed, initialisation varies
   fi
