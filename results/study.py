@@ -8,8 +8,9 @@ results/study/ (written by results/study.sh): the section of results/README.md b
 A verdict is "reproduced" only with p < 0.05 in the paper's direction, "contradicted" with p < 0.05 in
 the other, and "not significant at N seeds" otherwise (Welch's t-test for means, Brown-Forsythe for
 spreads; stats.py). A row short of its planned seeds (16 for fixed, matched, window and rl, 8 for the
-rest, except the rows PLANNED extends) is an interim look, and repeated looks overstate significance: there a significant result reads
-"consistent with the paper" / "against the paper", never "reproduced" / "contradicted".
+rest, except the rows PLANNED extends) is an interim look, and repeated looks overstate significance:
+there a significant result reads "consistent with the paper" / "against the paper", never "reproduced" /
+"contradicted".
 """
 
 import os
