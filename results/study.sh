@@ -76,6 +76,8 @@ if [ "${1:-}" != "--tables-only" ]; then
     row copy fixed_window 16 --schedule fixed_window --w 5   # extended after its 8-seed look (results/study.py PLANNED)
     row dyck lognormal_poisson 8 --schedule lognormal_poisson --r_bar 10
     row dyck trm_halt 8 --schedule trm_halt --trm_steps 3
+    row dyck matched 24 --schedule matched                  # extended for the spread test rl vs matched
+    row dyck rl 24 --schedule rl --lambda_ent 0.001         # (power 0.76 at 24 seeds; results/study.py PLANNED)
   fi
   if [ -n "${EXTEND:-}" ]; then main_rows dyck "$EXTEND"; main_rows copy "$EXTEND"; fi   # toward 32 seeds
 fi

@@ -54,6 +54,22 @@ def test_study_verdicts_follow_the_evidence():
     assert extended["fixed_window (c +- w) has a smaller spread of Oracle OOD than fixed"].endswith("fixed_window 8 of 16")
 
 
+def test_study_sh_trains_the_seeds_study_py_plans():
+    import re
+    import study
+    text = open(os.path.join(study.ROOT, "results", "study.sh")).read()
+    loop_tasks = re.search(r"for t in ([\w ]+);", text).group(1).split()  # the rows written `row "$t" ...`
+    calls = [(t, n, int(k)) for t, k in re.findall(r"main_rows (\w+) (\d+)", text) for n in study.MAIN]
+    calls += [(t, n, int(k)) for task, n, k in re.findall(r"^\s*row (\S+) (\S+) (\d+)", text, re.M)
+              for t in (loop_tasks if task == '"$t"' else [task])]
+    most = {}
+    for task, name, seeds in calls:
+        most[task, name] = max(seeds, most.get((task, name), 0))
+    trained = {key: k for key, k in most.items() if k > 1}  # one-seed rows are demonstrations, never tested
+    assert trained[("dyck", "rl")] == study.PLANNED[("dyck", "rl")]  # the parse found the extended rows
+    assert {key: study.planned(*key) for key in trained} == trained
+
+
 def test_the_headline_shows_the_main_rows_and_only_their_spread_verdicts():
     import study
     tight, wide = study_rows()
