@@ -78,6 +78,8 @@ if [ "${1:-}" != "--tables-only" ]; then
     row dyck trm_halt 8 --schedule trm_halt --trm_steps 3
     row dyck matched 24 --schedule matched                  # extended for the spread test rl vs matched
     row dyck rl 24 --schedule rl --lambda_ent 0.001         # (power 0.76 at 24 seeds; results/study.py PLANNED)
+    row copy matched 24 --schedule matched                  # and for window vs matched on copy (0.57 at 24)
+    row copy window 24 --schedule window --w 5
   fi
   if [ -n "${EXTEND:-}" ]; then main_rows dyck "$EXTEND"; main_rows copy "$EXTEND"; fi   # toward 32 seeds
 fi
