@@ -98,10 +98,10 @@ def verdict(a: list, b: list, higher: bool | None, spread: bool = False, interim
     p = (stats.brown_forsythe(a, b) if spread else stats.welch(a, b))["p"]
     if p is None:  # stats.brown_forsythe needs three values a group
         return "not enough seeds"
-    if higher is None:
-        return f"{'no significant difference' if p >= 0.05 else 'they differ'} (p = {fmtp(p)}; not a proof of equality)"
     da, db = (statistics.stdev(a), statistics.stdev(b)) if spread else (statistics.fmean(a), statistics.fmean(b))
     what = f"{'Std' if spread else 'mean'} {da:.1f} vs {db:.1f}, p = {fmtp(p)}"
+    if higher is None:
+        return f"no significant difference ({what}; not a proof of equality)" if p >= 0.05 else f"they differ ({what})"
     if p >= 0.05:
         return f"not significant at {len(a)} and {len(b)} seeds ({what})"
     words = ("consistent with the paper", "against the paper") if interim else ("reproduced", "contradicted")

@@ -50,6 +50,8 @@ def test_study_verdicts_follow_the_evidence(monkeypatch):
     ablations = claims({"fixed_window": tight, "fixed": wide, "rl_ent0.1": lower, "rl": tight})
     assert ablations["fixed_window (c +- w) has a smaller spread of Oracle OOD than fixed"].startswith("reproduced")
     assert ablations["lambda_ent = 0.1 is too uniform (lower Oracle OOD than 0.001)"].startswith("reproduced")
+    differ = claims({"multidepth": lower, "window": tight})["multidepth ~ window (Oracle OOD)"]
+    assert differ.startswith("they differ (mean 40.0 vs 50.0"), differ
     assert ablations["lambda_ent = 0 collapses (lower Oracle OOD than 0.001)"] == "not run yet (no seeds of rl_ent0)"
     extended = claims({"fixed_window": tight[:8], "fixed": wide})
     assert extended["fixed_window (c +- w) has a smaller spread of Oracle OOD than fixed"].endswith("fixed_window 8 of 16")
