@@ -42,7 +42,7 @@ ROWS = {"fixed": ("fixed c=T_max", "fixed c=20"), "matched": ("matched", "matche
         "window_bptt3": ("window w=5, bptt_k 3", None), "ntp": ("ntp (one depth)", None),
         "ntp_pause": ("ntp_pause (one depth)", None), "ntp_loop": ("ntp_loop (one depth)", None)}
 MAIN = ("fixed", "matched", "window", "rl")  # planned at 16 seeds a row (study.sh); every other tested row at 8
-# rows extended after their 8-seed look (study.sh): a sequential design, so their final p is slightly optimistic
+# rows extended after a first look (study.sh stage 7): a sequential design, so their final p is slightly optimistic
 PLANNED = {("copy", "fixed_window"): 16,  # spread vs fixed: Brown-Forsythe p = 0.087 at 8 seeds
            # spread, rl vs matched on dyck and window vs matched on copy: power 0.51 and 0.34 at 16 seeds,
            # 0.76 and 0.57 at 24 (the power tables); 32 did not fit one session

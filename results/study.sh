@@ -5,7 +5,9 @@
 #   bash results/study.sh --tables-only    # regenerate results/README.md's study tables and plots from the JSON
 #   NPROC=1 bash results/study.sh          # torchrun ranks of one thread each (default 2: one per core)
 #   STAGE=2 bash results/study.sh          # only one stage (1-7, below), then the tables
-#   EXTEND=32 STAGE=none bash results/study.sh   # more seeds in the main rows, where the power estimate asks
+#
+# A row grows (where the power estimate asks) by raising its seed count in a `row` call of stage 7 and in
+# results/study.py's PLANNED together: tests/test_results.py checks that the two agree.
 #
 # Every run is `python train.py --task TASK ...` with the task's CPU recipe; seed k of every row starts
 # from the same initial weights and sees the same batches (controlled seeds). A run writes
@@ -81,6 +83,5 @@ if [ "${1:-}" != "--tables-only" ]; then
     row copy matched 24 --schedule matched                  # and for window vs matched on copy (0.57 at 24)
     row copy window 24 --schedule window --w 5
   fi
-  if [ -n "${EXTEND:-}" ]; then main_rows dyck "$EXTEND"; main_rows copy "$EXTEND"; fi   # toward 32 seeds
 fi
 python results/study.py
