@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The scale ladder (results/README.md, "Where does deterministic depth fail?"): fixed c = T_max, matched
+# and window w = 5 on dyck and copy, 8 controlled seeds a row, at rungs of growing training compute.
+#
+#   bash results/ladder.sh                  # train every missing run in one lane, then the tables
+#   LANE=0 LANES=2 bash results/ladder.sh & LANE=1 LANES=2 bash results/ladder.sh   # two lanes, one per core
+#   bash results/ladder.sh --list           # the queue, one line per run: TASK RUNG ROW SEED FLAGS
+#   bash results/ladder.sh --tables-only    # regenerate the ladder section of results/README.md
+#
+# Rung r1 is the study's first round (results/study/, seeds 0-7 of each row: the recipe's width and steps).
+# The rungs trained here (compute relative to r1: steps x width^2):
+#   r2  the recipe's width (d_model 64), 3x its steps                         3x
+#   r3  twice the width (d_model 128), 3x its steps                          12x
+# A run is `python train.py --task TASK --seed k --seeds 1 --threads 1 --out_dir
+# results/ladder/TASK/RUNG/ROW/seedk FLAGS`; a killed lane resumes (--resume) where it stopped and skips
+# finished runs (eval.json). The queue is seed-major, so a lane cut short leaves balanced rows.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LANE=${LANE:-0}
+LANES=${LANES:-1}
+
+steps() { case "$1" in dyck) echo 800 ;; copy) echo 1500 ;; esac; }  # the CPU recipes' max_iters (train.py)
+queue() {
+  for rung in r2 r3; do
+    for task in copy dyck; do
+      local s=$(( 3 * $(steps $task) )) width=64
+      [ $rung = r3 ] && width=128
+      for k in 0 1 2 3 4 5 6 7; do
+        echo "$task $rung fixed $k --schedule fixed --max_iters $s --d_model $width"
+        echo "$task $rung matched $k --schedule matched --max_iters $s --d_model $width"
+        echo "$task $rung window $k --schedule window --w 5 --max_iters $s --d_model $width"
+      done
+    done
+  done
+}
+
+if [ "${1:-}" = --list ]; then queue; exit 0; fi
+if [ "${1:-}" != --tables-only ]; then
+  mkdir -p results/ladder/logs
+  i=0
+  while read -r task rung row k flags; do
+    i=$((i + 1))
+    [ $(( (i - 1) % LANES )) = "$LANE" ] || continue
+    out="results/ladder/$task/$rung/$row/seed$k"
+    [ -f "$out/eval.json" ] && continue
+    resume=
+    [ -f "$out/config.json" ] && resume=--resume
+    log="results/ladder/logs/$task-$rung-$row-seed$k.log"
+    # shellcheck disable=SC2086
+    python train.py --task "$task" --seed "$k" --seeds 1 --threads 1 $resume --out_dir "$out" $flags > "$log" 2>&1 \
+      || { echo "run $out failed: see $log"; exit 1; }
+    echo "$(date +%H:%M) $out"
+  done < <(queue)
+fi
+[ -f results/ladder.py ] && python results/ladder.py
