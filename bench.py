@@ -36,13 +36,14 @@ import os
 import statistics
 import sys
 import time
-from itertools import accumulate
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import cli
+import config
 import evaluate
 import rundir
 import train
@@ -57,23 +58,23 @@ QUICK = dict(d_model=32, batch_size=8, n_max=8, T_max=8, T_test=10, iters=2, war
 @dataclass
 class Config:
     # the run's settings default to train.py's
-    task: str = opt(train.Config.task, "task", choices=list(TASKS), section="the run that is measured")
-    w: int = opt(train.Config.w, "window half-width of the window schedule")
-    T_max: int = opt(train.Config.T_max, "training truncation")
-    T_test: int = opt(train.Config.T_test, "test depth of row (b)")
-    n_min: int = opt(train.Config.n_min, "shortest training length")
-    n_max: int = opt(train.Config.n_max, "longest training length")
-    d_model: int = opt(train.Config.d_model, "model width of rows (a), (b), (f)")
-    n_head: int = opt(train.Config.n_head, "attention heads")
-    n_layer: int = opt(train.Config.n_layer, "layers in the shared block")
-    batch_size: int = opt(train.Config.batch_size, "training batch")
-    seed: int = opt(train.Config.seed, "seed of the weights, batches and depths (train.py's streams)")
+    task: str = opt(config.Config.task, "task", choices=list(TASKS), section="the run that is measured")
+    w: int = opt(config.Config.w, "window half-width of the window schedule")
+    T_max: int = opt(config.Config.T_max, "training truncation")
+    T_test: int = opt(config.Config.T_test, "test depth of row (b)")
+    n_min: int = opt(config.Config.n_min, "shortest training length")
+    n_max: int = opt(config.Config.n_max, "longest training length")
+    d_model: int = opt(config.Config.d_model, "model width of rows (a), (b), (f)")
+    n_head: int = opt(config.Config.n_head, "attention heads")
+    n_layer: int = opt(config.Config.n_layer, "layers in the shared block")
+    batch_size: int = opt(config.Config.batch_size, "training batch")
+    seed: int = opt(config.Config.seed, "seed of the weights, batches and depths (train.py's streams)")
     flops_d_models: str = opt("64,128", "comma-separated widths of rows (c)-(e)", section="what is measured")
     iters: int = opt(10, "timed training steps per variant (median)")
     warmup: int = opt(3, "untimed training steps per variant first")
     eval_iters: int = opt(3, "timed repeats of each row (b) path")
     eval_samples: int = opt(32, "test samples per length in row (b)")
-    test_lengths: str = opt(train.Config.test_lengths, "lengths n of the acc[n][K] matrix")
+    test_lengths: str = opt(config.Config.test_lengths, "lengths n of the acc[n][K] matrix")
     matmul_n: int = opt(1024, "size of the reference fp32 matmul (n x n x n)")
     bf16: bool = opt(True, "measure bf16 autocast in row (f)")
     compile: bool = opt(True, "measure torch.compile in row (f)")
@@ -99,10 +100,10 @@ VARIANTS = {"active": {}, "unroll": {"active_set": False}, "bf16": {"amp": True}
             "bptt": {}}  # bptt: truncated backpropagation, bptt_k from the --bptt_k flag
 
 
-def train_config(cfg: Config, d_model: int) -> train.Config:
+def train_config(cfg: Config, d_model: int) -> config.Config:
     """train.py's Config of the measured run: the window schedule at width d_model, fp32, eager."""
-    shared = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(train.Config) if hasattr(cfg, f.name)}
-    return train.Config(**{**shared, "schedule": "window", "d_model": d_model, "amp": False, "compile": False,
+    shared = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(config.Config) if hasattr(cfg, f.name)}
+    return config.Config(**{**shared, "schedule": "window", "d_model": d_model, "amp": False, "compile": False,
                            "bptt_k": 0,  # full backpropagation; only the bptt variant of row (g) truncates
                            "eval_batch_size": cfg.eval_samples})  # row (b) scores each length in one batch
 
@@ -187,7 +188,7 @@ def peak_bytes(fn, device: str) -> int:
 class Variant:
     """One way of running the training step: its own model, optimizer and depth generator."""
     name: str
-    cfg: train.Config
+    cfg: config.Config
     model: torch.nn.Module
     schedule: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -204,9 +205,9 @@ class Variant:
 
 
 def make_variant(name: str, cfg: Config, d_model: int, device: str) -> Variant:
-    """VARIANTS[name] at width d_model, built by train.build: the same seed, the same initial weights."""
+    """VARIANTS[name] at width d_model, built by config.build: the same seed, the same initial weights."""
     tcfg = dataclasses.replace(train_config(cfg, d_model), **VARIANTS[name], **({"bptt_k": cfg.bptt_k} if name == "bptt" else {}))
-    _, model, schedule = train.build(tcfg)
+    _, model, schedule = config.build(tcfg)
     model.to(device)
     schedule.to(device)
     if tcfg.compile:  # the shared block, in place, as train.py does (forward_depths calls it per loop step)
@@ -215,7 +216,7 @@ def make_variant(name: str, cfg: Config, d_model: int, device: str) -> Variant:
     optimizer = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=tcfg.lr,
                                   betas=(tcfg.beta1, tcfg.beta2), weight_decay=tcfg.weight_decay)
     amp = torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if tcfg.amp else contextlib.nullcontext()
-    gen = torch.Generator().manual_seed(train.stream(tcfg.seed, "depth"))
+    gen = torch.Generator().manual_seed(config.stream(tcfg.seed, "depth"))
     return Variant(name, tcfg, model, schedule, optimizer, gen, amp)
 
 
@@ -231,8 +232,8 @@ def peek_depth(v: Variant, Tn: torch.Tensor) -> torch.Tensor:
     return v.schedule.train_depth(Tn.cpu(), g)
 
 
-def make_batches(task, cfg: train.Config, count: int, device: str) -> list:
-    gen = torch.Generator().manual_seed(train.stream(cfg.seed, "data"))
+def make_batches(task, cfg: config.Config, count: int, device: str) -> list:
+    gen = torch.Generator().manual_seed(config.stream(cfg.seed, "data"))
     return [tuple(t.to(device) for t in (x, y, Tn))
             for x, y, _, Tn in (train_batch(task, cfg.batch_size, cfg.n_min, cfg.n_max, gen) for _ in range(count))]
 

@@ -28,6 +28,10 @@ import threading
 from dataclasses import field
 
 
+def fmt(v, spec=".1f"):
+    return "-" if v is None else format(v, spec)
+
+
 def opt(default, help: str, **meta):
     """A Config field: its default, its --help text, and optionally choices=[...] and section="..."."""
     return field(default=default, metadata={"help": help, **meta})

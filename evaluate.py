@@ -41,8 +41,12 @@ from dataclasses import dataclass
 
 import torch
 
+import plots
 import readouts
-from cli import atomic_write, opt, parse, run, write_json
+import tables
+from cli import atomic_write, fmt, opt, parse, run, write_json
+from config import Config, build
+from stats import front90
 from tasks import IGNORE, PAD, eval_set
 
 
@@ -147,17 +151,6 @@ def evaluate(model, schedule, task, test_sets: dict, val_sets: dict, T_test: int
 
 # --- metrics --------------------------------------------------------------------------------------
 
-def front90(lengths: list[int], curve: list[float]):
-    """Largest grid length n with curve >= 0.9 at n and at every smaller grid length; None if the first
-    fails. lengths: the OOD grid, ascending."""
-    best = None
-    for n, a in zip(lengths, curve):
-        if a < 0.9:
-            break
-        best = n
-    return best
-
-
 def argmax_first(v: list[float]) -> int:
     """Index of the largest value, the first (smallest K) among ties."""
     return max(range(len(v)), key=lambda k: (v[k], -k))
@@ -212,10 +205,6 @@ def metrics(lengths: list[int], rows: list[dict], shortcuts: dict, n_max: int, K
         m["id_k_hard_ood"] = None if id_k is None else pct([None if h is None else h[id_k] for h in hard], ood)
         m["policy_hard_ood"] = pct([r["policy_hard_acc"] for r in rows], ood)
     return m
-
-
-def fmt(v, spec=".1f"):
-    return "-" if v is None else format(v, spec)
 
 
 def vs_shortcut(v, shortcut) -> str:
@@ -289,15 +278,13 @@ def load_eval(run_dir: str) -> dict:
 
 def load_run(run_dir: str):
     """(cfg, task, model, schedule) of a train.py run with its ckpt.pt weights, in eval mode."""
-    import train  # train.py imports this file; the builder is imported only when a checkpoint is loaded
-
     path = os.path.join(run_dir, "ckpt.pt")
     if not os.path.isfile(path):
         raise ValueError(f"no checkpoint at {path}: readouts need a trained run (train.py --out_dir {run_dir})")
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
         cfg = ck["config"]
-        task, model, schedule = train.build(train.Config(**cfg))
+        task, model, schedule = build(Config(**cfg))
         model.load_state_dict(ck["model"])
         schedule.load_state_dict(ck["schedule"])
     except Exception as err:
@@ -344,8 +331,6 @@ def parse_args(argv=None) -> Args:
 
 
 def main(argv=None) -> None:
-    import tables  # the multi-run table and its statistics
-
     args = parse_args(argv)
     evals = [load_eval(r) for r in find_runs(args.run_dirs)]
     if not evals:
@@ -386,7 +371,6 @@ def main(argv=None) -> None:
         write_json(f"{args.out}.json", {"rows": rows})
     if args.plot:
         try:
-            import plots
             for path in plots.plot_all(groups, reps, args.plot):
                 print(f"plot: {path}")
         except ImportError as err:

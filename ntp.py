@@ -210,7 +210,7 @@ def token_ids(task) -> dict:
 
 
 def make(name: str, cfg: dict, task) -> NTP:
-    """The schedule `name` for a task with the settings of a config dict (train.Config as a dict)."""
+    """The schedule `name` for a task with the settings of a config dict (config.Config as a dict)."""
     check(name in SCHEDULES, f"unknown schedule {name!r}: choose from {', '.join(SCHEDULES)}")
     n_pause = cfg["n_pause"] if name == "ntp_pause" else 0
     check(name != "ntp_pause" or n_pause >= 1, f"--n_pause {n_pause}: ntp_pause needs >= 1 pause token")
@@ -224,7 +224,7 @@ def build(cfg: dict, task):
     """(model, schedule) for cfg["schedule"] in SCHEDULES. The model is model.py's LoopedTransformer with
     the task's vocabulary: ntp / ntp_pause get c distinct blocks of L layers without input injection (a
     plain GPT of c * L layers: the looped model's effective depth at c loops); ntp_loop gets the shared
-    block, injection as cfg["inject"]. The caller seeds torch first (train.build's model stream)."""
+    block, injection as cfg["inject"]. The caller seeds torch first (config.build's model stream)."""
     from model import LoopedTransformer, ModelConfig  # the one project import, here so the schedules copy alone
 
     schedule = make(cfg["schedule"], cfg, task)

@@ -18,6 +18,17 @@ import math
 import numpy as np
 
 
+def front90(lengths: list[int], curve: list[float]):
+    """Largest grid length n with curve >= 0.9 at n and at every smaller grid length; None if the first
+    fails. lengths: the OOD grid, ascending."""
+    best = None
+    for n, a in zip(lengths, curve):
+        if a < 0.9:
+            break
+        best = n
+    return best
+
+
 def betainc(a: float, b: float, x: float) -> float:
     """Regularised incomplete beta I_x(a, b) = B(x; a, b) / B(a, b), for a, b > 0 and 0 <= x <= 1."""
     if x <= 0 or x >= 1:

@@ -23,7 +23,8 @@ import statistics
 
 import ntp
 import stats
-from evaluate import fmt, front90
+from cli import fmt
+from config import Config
 from halting import SCHEDULES, settings
 from tasks import TASKS
 
@@ -39,9 +40,8 @@ PRIMARY = {"fixed": ("c",), "fixed_window": ("c", "w"), "window": ("w",), "multi
 def run_key(e: dict) -> tuple:
     """The settings that define a run's experiment, as a sorted tuple of (name, value). A setting the run
     does not know (added to train.py later, off by default) counts as its default."""
-    import train  # train.py imports this file: its defaults are looked up when a table is made
-    c, s, t = {**dataclasses.asdict(train.Config()), **e["config"]}, e["schedule"], e["task"]
-    c["c"] = train.Config(c=c["c"], T_max=c["T_max"]).depth_c  # c = 0 and c = T_max: one experiment, labelled by its depth
+    c, s, t = {**dataclasses.asdict(Config()), **e["config"]}, e["schedule"], e["task"]
+    c["c"] = Config(c=c["c"], T_max=c["T_max"]).depth_c  # c = 0 and c = T_max: one experiment, labelled by its depth
     own = set(settings(s)) if s in SCHEDULES else set(ntp.SETTINGS.get(s, ()))
     drop = BOOKKEEPING | (SCHEDULE_KNOBS - own) | (TASK_KNOBS - set(TASKS[t].knobs if t in TASKS else ()))
     return tuple(sorted((k, v) for k, v in {**c, "task": t, "schedule": s}.items() if k not in drop))
@@ -90,7 +90,7 @@ def table_row(evals: list[dict]) -> dict:
             "seed_list": [e["seed"] for e in evals], "per_seed_oracle_ood": per_seed,
             "per_seed_val_k_ood": [m["val_k_ood"] for m in ms if m.get("val_k_ood") is not None],
             "oracle_ood": mean("oracle_ood"), "val_k_ood": mean("val_k_ood"), "id_k_ood": mean("id_k_ood"),
-            "front90": front90([lengths[i] for i in ood], [statistics.fmean(m["oracle"][i] for m in ms) for i in ood]),
+            "front90": stats.front90([lengths[i] for i in ood], [statistics.fmean(m["oracle"][i] for m in ms) for i in ood]),
             "std": spread["std"], "std_lo": spread["lo"], "std_hi": spread["hi"],
             "gap": mean("gap"), "policy_ood": mean("policy_ood"), "policy_id": mean("policy_id"),
             "exit_depth": mean("policy_depth_ood"), "flip_rate": mean("flip_rate"),

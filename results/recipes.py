@@ -14,9 +14,10 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import config  # noqa: E402
 import evaluate  # noqa: E402
 import tables  # noqa: E402
-import train  # noqa: E402
+
 
 DIR = os.path.join(ROOT, "results", "recipes")
 STUDY = os.path.join(ROOT, "results", "study")
@@ -47,8 +48,8 @@ NOTES = {
 
 
 def stale(task: str, e: dict) -> dict:
-    """The recipe settings (train.RECIPES) that the run in eval.json `e` was trained without: {flag: its value}."""
-    return {k: e["config"].get(k) for k, v in train.RECIPES[task].items() if e["config"].get(k) != v}
+    """The recipe settings (config.RECIPES) that the run in eval.json `e` was trained without: {flag: its value}."""
+    return {k: e["config"].get(k) for k, v in config.RECIPES[task].items() if e["config"].get(k) != v}
 
 
 def fmt(v, spec=".1f"):
@@ -87,11 +88,11 @@ def plots(rows: dict) -> None:
 
 
 def main() -> None:
-    rows = {t: evaluate.load_eval(run_dir(t)) for t in train.RECIPES if run_dir(t)}
+    rows = {t: evaluate.load_eval(run_dir(t)) for t in config.RECIPES if run_dir(t)}
     lines = ["| task | recipe (`python train.py --task T` sets) | steps | minutes | ID | Oracle OOD | val-K OOD | "
              "shortcut OOD | hard subset, Oracle OOD | Front@90 | acc vs K at one OOD length |", "|---" * 11 + "|"]
     for task, e in rows.items():
-        m, r = e["metrics"], train.RECIPES[task]
+        m, r = e["metrics"], config.RECIPES[task]
         if wrong := stale(task, e):  # the row would show one recipe and the numbers of another
             raise SystemExit(f"{run_dir(task)} was not trained with {task}'s recipe: it has {wrong}; rerun it")
         n, ks = depth_row(e)

@@ -10,8 +10,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import config  # noqa: E402
 import train  # noqa: E402
 
-train.stream = lambda seed, name: {"model": seed, "head": seed, "data": 2 * seed, "depth": 2 * seed + 1,
+config.stream = lambda seed, name: {"model": seed, "head": seed, "data": 2 * seed, "depth": 2 * seed + 1,
                                    "torch": seed}[name]
 sys.exit(train.cli(sys.argv[1:]))

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import config  # noqa: E402
 import rundir  # noqa: E402
+
 import train  # noqa: E402
 from cli import opt, parse, run, write_json  # noqa: E402
 from halting import SCHEDULES  # noqa: E402
@@ -36,9 +38,9 @@ def main(argv=None) -> None:
     for name in SCHEDULES:
         for active in (True, False):
             cfg = train.parse_args(["--schedule", name] + ([] if active else ["--no-active_set"]))
-            task, model, sched = train.build(cfg)
+            task, model, sched = config.build(cfg)
             opt_ = torch.optim.AdamW(list(model.parameters()) + list(sched.parameters()), lr=cfg.lr)
-            data, depth = (torch.Generator().manual_seed(train.stream(0, k)) for k in ("data", "depth"))
+            data, depth = (torch.Generator().manual_seed(config.stream(0, k)) for k in ("data", "depth"))
             stats, times = {}, []
             for it in range(3 + args.steps):
                 x, y, _, Tn = train.train_batch(task, cfg.batch_size, cfg.n_min, cfg.n_max, data)

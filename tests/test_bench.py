@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import bench
 import cli
-import train
+import config
 from model import LoopedTransformer, ModelConfig
 from tasks import eval_set
 
@@ -31,14 +31,14 @@ def one_thread():
 
 def tiny():
     cfg = bench.parse_args(TINY)
-    task, model, _ = train.build(bench.train_config(cfg, cfg.d_model))
+    task, model, _ = config.build(bench.train_config(cfg, cfg.d_model))
     return cfg, task, model
 
 
 def test_quick_flags_are_defaults_and_explicit_flags_win():
     cfg = bench.parse_args(["--quick", "--iters", "5"])
     assert (cfg.iters, cfg.d_model, cfg.matmul_n) == (5, bench.QUICK["d_model"], bench.QUICK["matmul_n"])
-    assert bench.parse_args([]).d_model == train.Config().d_model  # without --quick: train.py's defaults
+    assert bench.parse_args([]).d_model == config.Config().d_model  # without --quick: train.py's defaults
     tcfg = bench.train_config(cfg, 48)
     assert (tcfg.schedule, tcfg.d_model, tcfg.T_max, tcfg.amp, tcfg.compile) == ("window", 48, 8, False, False)
 

@@ -13,6 +13,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+import config
 import evaluate
 import readouts
 import train
@@ -81,8 +82,8 @@ def test_the_checker_catches_a_host_tensor_added_to_a_device_tensor():
 
 @pytest.mark.parametrize("name", list(SCHEDULES))
 def test_train_step_and_evaluation_on_another_device(name):
-    cfg = train.Config(schedule=name, **TINY)
-    task, model, schedule = train.build(cfg)
+    cfg = config.Config(schedule=name, **TINY)
+    task, model, schedule = config.build(cfg)
     to_device(model, schedule)
     optimizer = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=1e-3)
     gen = torch.Generator().manual_seed(0)

@@ -11,14 +11,14 @@ import sys
 import pytest
 import torch
 
+import config
 import evaluate
 import tables
-import train
 from tasks import eval_set, get_task
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTHS, N_MAX = [10, 20, 30, 40], 19
-CONFIG = dataclasses.asdict(train.Config())
+CONFIG = dataclasses.asdict(config.Config())
 
 
 def synthetic_eval(seed: int, ood_oracle: list, schedule="window", val_shift=0, **config) -> dict:
@@ -89,7 +89,7 @@ def test_hard_subset_accuracy_is_over_hard_samples_only():
             logits = torch.nn.functional.one_hot(preds, len(task.vocab)).float().expand(K, -1, -1, -1)
             return logits, torch.zeros(K + 1, *x.shape, 2)
 
-    sched = train.build(train.Config(schedule="matched"))[2]
+    sched = config.build(config.Config(schedule="matched"))[2]
     e = evaluate.evaluate(Counting(), sched, task, sets, sets, 3, n_max=10)
     counting = e["shortcuts"]["counting"][0]
     assert e["acc"][0][0] == pytest.approx(counting)  # the model is the shortcut
@@ -200,9 +200,9 @@ def test_bad_or_missing_checkpoint_is_a_one_line_value_error(tmp_path):
 
 def tiny_run(tmp_path, **kw):
     """A run directory (ckpt.pt, config.json, eval.json) of an untrained tiny model."""
-    cfg = train.Config(d_model=16, n_head=2, n_layer=1, T_max=4, T_test=6, test_lengths="3,5,8", n_max=5,
+    cfg = config.Config(d_model=16, n_head=2, n_layer=1, T_max=4, T_test=6, test_lengths="3,5,8", n_max=5,
                        eval_samples=6, **kw)
-    task, model, schedule = train.build(cfg)
+    task, model, schedule = config.build(cfg)
     torch.save({"model": model.state_dict(), "schedule": schedule.state_dict(), "config": dataclasses.asdict(cfg)},
                tmp_path / "ckpt.pt")
     sets = [eval_set(task, [3, 5, 8], 6, cfg.eval_seed + i) for i in (0, 1)]

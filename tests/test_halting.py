@@ -8,8 +8,18 @@ import pytest
 import torch
 
 import halting
-from halting import (act_weights, entropy, kl_divergence, log_stop_distribution, make_schedule, per_sample_ce,
-                     reinforce_loss, sample_stop, stop_distribution, truncated_geometric)
+from halting import (
+    act_weights,
+    entropy,
+    kl_divergence,
+    log_stop_distribution,
+    make_schedule,
+    per_sample_ce,
+    reinforce_loss,
+    sample_stop,
+    stop_distribution,
+    truncated_geometric,
+)
 from model import LoopedTransformer, ModelConfig
 from tasks import PAD, get_task, make_batch, train_batch
 

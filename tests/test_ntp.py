@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ntp
-import train
+from config import Config
 from model import LoopedTransformer, ModelConfig
 from tasks import IGNORE, PAD, Task, eval_set, get_task, make_batch
 
@@ -19,7 +19,7 @@ ANSWER_TASKS = ["copy", "parity", "addition", "unique_set", "binary_sum", "multi
 
 
 def config(**kw) -> dict:
-    return {**dataclasses.asdict(train.Config()), "n_pause": 20, **kw}
+    return {**dataclasses.asdict(Config()), "n_pause": 20, **kw}
 
 
 class Countdown(Task):

@@ -2,23 +2,23 @@
 import os
 import sys
 
+import config
 import evaluate
-import train
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results"))
 import recipes  # noqa: E402
 
 
 def test_every_committed_recipe_run_was_trained_with_todays_recipe():
-    # results/README.md's "What learns" row prints train.RECIPES[task] beside the numbers of this run
-    runs = {t: recipes.run_dir(t) for t in train.RECIPES}
+    # results/README.md's "What learns" row prints config.RECIPES[task] beside the numbers of this run
+    runs = {t: recipes.run_dir(t) for t in config.RECIPES}
     assert all(runs.values()), f"tasks without a committed recipe run: {[t for t, d in runs.items() if not d]}"
     for task, d in runs.items():
         assert recipes.stale(task, evaluate.load_eval(d)) == {}, d
 
 
 def test_a_changed_recipe_is_caught(monkeypatch):
-    monkeypatch.setitem(train.RECIPES, "addition", {**train.RECIPES["addition"], "max_iters": 6000})
+    monkeypatch.setitem(config.RECIPES, "addition", {**config.RECIPES["addition"], "max_iters": 6000})
     assert recipes.stale("addition", evaluate.load_eval(recipes.run_dir("addition"))) == {"max_iters": 8000}
 
 
@@ -59,6 +59,7 @@ def test_study_verdicts_follow_the_evidence(monkeypatch):
 
 def test_study_sh_trains_the_seeds_study_py_plans():
     import re
+
     import study
     text = open(os.path.join(study.ROOT, "results", "study.sh")).read()
     loop_tasks = re.search(r"for t in ([\w ]+);", text).group(1).split()  # the rows written `row "$t" ...`

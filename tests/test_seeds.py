@@ -3,6 +3,7 @@ schedule; --init_seed and --data_seed vary one source of randomness with the oth
 
 import torch
 
+import config
 import train
 from halting import SCHEDULES
 
@@ -12,8 +13,8 @@ TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8
 
 def initial(argv):
     cfg = train.parse_args(TINY + argv)
-    task, model, schedule = train.build(cfg)
-    gen = torch.Generator().manual_seed(train.stream(train.seeds_of(cfg)["data"], "data"))
+    task, model, schedule = config.build(cfg)
+    gen = torch.Generator().manual_seed(config.stream(config.seeds_of(cfg)["data"], "data"))
     batches = [train.train_batch(task, 8, 1, 6, gen)[0] for _ in range(3)]
     return model.state_dict(), batches
 
@@ -43,17 +44,17 @@ def test_data_seed_changes_batches_only_and_init_seed_weights_only():
 
 
 def test_the_halting_head_has_its_own_stream():
-    a = train.build(train.parse_args(TINY + ["--schedule", "rl", "--seed", "1"]))[2].head.weight
-    b = train.build(train.parse_args(TINY + ["--schedule", "ponder", "--seed", "1"]))[2].head.weight
-    c = train.build(train.parse_args(TINY + ["--schedule", "rl", "--seed", "1", "--data_seed", "9"]))[2].head.weight
+    a = config.build(train.parse_args(TINY + ["--schedule", "rl", "--seed", "1"]))[2].head.weight
+    b = config.build(train.parse_args(TINY + ["--schedule", "ponder", "--seed", "1"]))[2].head.weight
+    c = config.build(train.parse_args(TINY + ["--schedule", "rl", "--seed", "1", "--data_seed", "9"]))[2].head.weight
     assert torch.equal(a, b) and torch.equal(a, c)
 
 
 def test_vanilla_baseline_has_only_the_trained_depth(tmp_path):
     cfg = train.parse_args(TINY + ["--no-looped", "--schedule", "fixed", "--c", "4"])
-    _, model, _ = train.build(cfg)
+    _, model, _ = config.build(cfg)
     assert len(model.blocks) == 4
-    assert len(train.build(train.parse_args(TINY + ["--no-looped"]))[1].blocks) == 6  # window: up to T_max
+    assert len(config.build(train.parse_args(TINY + ["--no-looped"]))[1].blocks) == 6  # window: up to T_max
     args = TINY + ["--no-looped", "--schedule", "fixed", "--c", "4", "--max_iters", "2", "--eval_samples", "4",
                    "--test_lengths", "3,8", "--out_dir", str(tmp_path)]
     e = train.train_run(train.parse_args(args), str(tmp_path), "cpu")

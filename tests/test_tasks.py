@@ -5,8 +5,17 @@ fixed evaluation sets, refused lengths and knobs, the curriculum."""
 import pytest
 import torch
 
-from tasks import (IGNORE, PAD, TASKS, curriculum_n_max, eval_set, get_task, make_batch, task_kwargs,
-                   train_batch)
+from tasks import (
+    IGNORE,
+    PAD,
+    TASKS,
+    curriculum_n_max,
+    eval_set,
+    get_task,
+    make_batch,
+    task_kwargs,
+    train_batch,
+)
 
 LENGTHS = [1, 2, 3, 5, 10, 19] + list(range(20, 61, 5))  # in-distribution and the OOD test grid
 SLOT_TASKS = {"copy", "parity", "addition", "unique_set", "binary_sum", "multiplication", "mano"}

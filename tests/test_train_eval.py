@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+import config
 import evaluate
 import tables
 import train
@@ -33,7 +34,7 @@ def test_both_flag_forms_parse():
 def test_preset_paper_and_explicit_flags_win():
     c = train.parse_args(["--preset", "paper", "--lr", "5e-4"])
     assert (c.d_model, c.n_head, c.max_iters, c.lr) == (256, 8, 100_000, 5e-4)
-    assert train.parse_args([]) == train.Config()  # bare `python train.py` is the default job
+    assert train.parse_args([]) == config.Config()  # bare `python train.py` is the default job
 
 
 @pytest.mark.parametrize("flag,value", [("--task", "dyk"), ("--schedule", "windw")])

@@ -22,6 +22,7 @@ import torch  # noqa: E402
 
 import evaluate  # noqa: E402
 import rundir  # noqa: E402
+import config  # noqa: E402
 import train  # noqa: E402
 from tasks import eval_set, train_batch  # noqa: E402
 
@@ -34,7 +35,7 @@ def bf16(amp):
 
 def setup(cfg, device):
     """(task, model, schedule, optimizer, data generator, depth generator): seed 0's run on `device`."""
-    task, model, schedule = train.build(cfg)
+    task, model, schedule = config.build(cfg)
     model.to(device), schedule.to(device)
     opt = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=cfg.lr)
     return task, model, schedule, opt, torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
@@ -117,7 +118,7 @@ if __name__ == "__main__":
     ap.add_argument("--part", choices=["schedules", "time"], required=True)
     ap.add_argument("--json", required=True)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--schedules", default=",".join(train.Config.__dataclass_fields__["schedule"].metadata["choices"]),
+    ap.add_argument("--schedules", default=",".join(config.Config.__dataclass_fields__["schedule"].metadata["choices"]),
                     help="comma-separated schedules of --part schedules (default: all)")
     ap.add_argument("--quick", action="store_true", help="one task, one schedule, 2 steps: a smoke run")
     a = ap.parse_args()
