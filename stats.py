@@ -2,12 +2,25 @@
 Statistics over seeds: is one schedule's mean or spread of out-of-distribution accuracy different from
 another's? numpy only (no scipy), each test checked against textbook values in tests/test_stats.py.
 
+Seed k of every row starts from the same initial weights and sees the same batches (controlled seeds),
+so two rows are *paired* samples: the paired tests are the primary ones (results/study.py), the
+unpaired ones stay beside them.
+
+    paired_t(a, b)         paired t-test of the mean difference a_k - b_k, two-sided p, 95% interval
+    wilcoxon(a, b)         Wilcoxon signed-rank test of the same, exact p (ties: average ranks)
+    paired_spread(a, b)    paired permutation test of a difference in spread: swap a_k and b_k within
+                           seeds; statistic Std(a) - Std(b), or (robust) the difference of the mean
+                           absolute deviations from each row's median; exact below 2^16 swaps
+    paired_interval(a, b)  percentile bootstrap 95% interval of a paired statistic (seeds resampled jointly)
+    holm(ps)               Holm's step-down adjustment of a family of p-values
     welch(a, b)            Welch's t-test of the means (unequal variances), two-sided p
     brown_forsythe(a, b)   Brown-Forsythe test of the spreads: one-way ANOVA on |x - median of its group|
                            (Levene's test with medians), p of the F statistic
     bootstrap_std(a)       sample standard deviation (ddof 1) with a percentile bootstrap 95% interval
     power(a, b, n)         how often Brown-Forsythe gives p < 0.05 with n seeds per group, by resampling
                            pilot seeds (with replacement)
+
+    front90(lengths, c)    the largest OOD length up to which an accuracy curve stays >= 0.9
 
 The p-values come from the Student t and F distributions, both via the regularised incomplete beta
 function I_x(a, b), evaluated by its continued fraction (Numerical Recipes, section 6.4).
@@ -125,3 +138,115 @@ def compare(a, b) -> dict:
     if len(a) < 2 or len(b) < 2:
         return {"welch_p": None, "bf_p": None}
     return {"welch_p": welch(a, b)["p"], "bf_p": brown_forsythe(a, b)["p"]}
+
+
+# --- paired tests: seed k of row a against seed k of row b ----------------------------------------------
+
+def t_quantile(q: float, df: float) -> float:
+    """The t with Pr(|T| >= t) = q for Student's T with df degrees of freedom (bisection on t_two_sided_p)."""
+    lo, hi = 0.0, 1e6
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > q else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paired_t(a, b) -> dict:
+    """Paired t-test. d_k = a_k - b_k, t = mean(d) / (s_d / sqrt(n)) with n - 1 degrees of freedom; the
+    95% interval of the mean difference is mean(d) +- t_{0.975, n-1} s_d / sqrt(n)."""
+    d = np.asarray(a, float) - np.asarray(b, float)
+    n, mean = len(d), float(d.mean())
+    se = d.std(ddof=1) / math.sqrt(n)
+    if se == 0:  # every difference equal
+        return {"t": math.copysign(math.inf, mean) if mean else 0.0, "df": n - 1, "p": float(mean == 0),
+                "diff": mean, "lo": mean, "hi": mean}
+    half = t_quantile(0.05, n - 1) * se
+    return {"t": mean / se, "df": n - 1, "p": t_two_sided_p(mean / se, n - 1), "diff": mean,
+            "lo": mean - half, "hi": mean + half}
+
+
+def ranks(v: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of v, ties given the average of the ranks they span."""
+    order = np.argsort(v, kind="stable")
+    r = np.empty(len(v))
+    i = 0
+    while i < len(v):
+        j = i
+        while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        r[order[i:j + 1]] = (i + j) / 2 + 1  # the mean of ranks i+1 .. j+1
+        i = j + 1
+    return r
+
+
+def wilcoxon(a, b) -> dict:
+    """Wilcoxon signed-rank test. Zero differences are dropped; R_k = rank of |d_k| (ties averaged);
+    W+ = sum of R_k over d_k > 0. Under the null each sign is + or - with probability 1/2 independently,
+    so W+'s exact distribution is that of sum_k R_k B_k, B_k ~ Bernoulli(1/2): counted here by dynamic
+    programming over the doubled ranks (integers). Two-sided p = 2 min(Pr(W+ <= w), Pr(W+ >= w)), at most 1."""
+    d = np.asarray(a, float) - np.asarray(b, float)
+    d = d[d != 0]
+    if len(d) == 0:
+        return {"W": 0.0, "n": 0, "p": 1.0}
+    r2 = np.rint(2 * ranks(np.abs(d))).astype(int)  # doubled ranks: averages of two ranks are halves
+    w2 = int(r2[d > 0].sum())
+    counts = np.zeros(r2.sum() + 1)  # counts[s] = number of sign patterns with doubled W+ = s
+    counts[0] = 1
+    for r in r2:
+        counts[r:] = counts[r:] + counts[:-r]  # a pattern with sign k + adds r to the sum
+    prob = counts / counts.sum()
+    p = 2 * min(prob[:w2 + 1].sum(), prob[w2:].sum())
+    return {"W": w2 / 2, "n": len(d), "p": float(min(1.0, p))}
+
+
+def mad(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Mean absolute deviation from the median: mean_k |x_k - median(x)|, the robust spread."""
+    return np.abs(x - np.median(x, axis=axis, keepdims=True)).mean(axis=axis)
+
+
+def spread_stat(a: np.ndarray, b: np.ndarray, robust: bool) -> np.ndarray:
+    """Std(a) - Std(b) (ddof 1), or MAD(a) - MAD(b), along the last axis."""
+    f = mad if robust else (lambda x: x.std(axis=-1, ddof=1))
+    return f(a) - f(b)
+
+
+def paired_spread(a, b, robust: bool = False, n_perm: int = 20_000, seed: int = 0) -> dict:
+    """Paired permutation test of a difference in spread. Under the null the two values of seed k are
+    exchangeable, so every pattern of swaps (a_k <-> b_k) is equally likely: p = Pr(|T*| >= |T|), T the
+    spread statistic (spread_stat). All 2^n patterns when n <= 16, else n_perm random ones plus the
+    observed (p = (1 + hits) / (1 + n_perm)); a fixed generator: the same p every time."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    n = len(a)
+    if n < 3:
+        return {"stat": None, "p": None}
+    t = float(spread_stat(a, b, robust))
+    if n <= 16:  # exact: every swap pattern, the identity included
+        swap = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1).astype(bool)
+    else:
+        swap = np.random.default_rng(seed).integers(0, 2, (n_perm, n)).astype(bool)
+    t_star = spread_stat(np.where(swap, b, a), np.where(swap, a, b), robust)
+    hits = int((np.abs(t_star) >= abs(t) - 1e-12).sum())
+    p = hits / len(swap) if n <= 16 else (1 + hits) / (1 + n_perm)
+    return {"stat": t, "p": p}
+
+
+def paired_interval(a, b, stat, n_boot: int = 10_000, seed: int = 0) -> dict:
+    """Percentile bootstrap 95% interval of stat(a, b) (e.g. spread_stat), resampling seeds with
+    replacement and keeping each seed's pair together."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    idx = np.random.default_rng(seed).integers(0, len(a), (n_boot, len(a)))
+    boots = stat(a[idx], b[idx])
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return {"lo": float(lo), "hi": float(hi)}
+
+
+def holm(ps: list) -> list:
+    """Holm's step-down adjustment: with the m p-values sorted p_(1) <= .. <= p_(m), the adjusted
+    p_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)). Rejecting where adjusted p < alpha keeps the chance of
+    any false rejection in the family <= alpha. None (a test that could not run) stays None, outside the family."""
+    idx = sorted((i for i, p in enumerate(ps) if p is not None), key=lambda i: ps[i])
+    out, running = [None] * len(ps), 0.0
+    for j, i in enumerate(idx):
+        running = max(running, min(1.0, (len(idx) - j) * ps[i]))
+        out[i] = running
+    return out

@@ -3,6 +3,7 @@ Brown-Forsythe against the same numbers computed by hand, the incomplete beta ag
 and the bootstrap interval's behaviour."""
 
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -75,3 +76,87 @@ def test_bootstrap_std_interval_and_power():
     p16, p32 = stats.power(a, fixed, 16, reps=400), stats.power(a, fixed, 32, reps=400)
     assert 0 < p16 < p32 <= 1  # more seeds, more power
     assert stats.power(a, a, 16, reps=400) < 0.15  # equal spreads: about the false-alarm rate
+
+
+# --- the paired tests ---------------------------------------------------------------------------------
+
+# Student's sleep data (Cushny and Peebles 1905; R's `sleep`): extra hours of sleep under two drugs, the
+# same ten patients. R: t.test(extra ~ group, paired = TRUE) gives t = -4.0621, df = 9, p = 0.002833,
+# 95% interval of the difference [-2.4598858, -0.7001142].
+SLEEP1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
+SLEEP2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
+
+
+def test_paired_t_textbook_example():
+    r = stats.paired_t(SLEEP1, SLEEP2)
+    assert r["t"] == pytest.approx(-4.0621, abs=5e-4) and r["df"] == 9
+    assert r["p"] == pytest.approx(0.002833, abs=5e-6)
+    assert (r["lo"], r["hi"]) == pytest.approx((-2.4598858, -0.7001142), abs=1e-6)
+    # the unpaired test ignores the pairing and loses it: Welch p = 0.079 (R's t.test(extra ~ group))
+    assert stats.welch(SLEEP1, SLEEP2)["p"] == pytest.approx(0.07939, abs=5e-5)
+
+
+def test_wilcoxon_textbook_and_by_hand():
+    # Hollander and Wolfe (1973), p. 29 (R's ?wilcox.test): depression scale before / after, V = 40, p = 0.03906
+    x = [1.83, 0.50, 1.62, 2.48, 1.68, 1.88, 1.55, 3.06, 1.30]
+    y = [0.878, 0.647, 0.598, 2.05, 1.06, 1.29, 1.06, 3.14, 1.29]
+    r = stats.wilcoxon(x, y)
+    assert r["W"] == 40 and r["p"] == pytest.approx(0.0390625, abs=1e-9)  # 2 * 10 / 512
+    # five positive differences: W+ = 15, the one extreme pattern of 32 in each tail, p = 2/32
+    assert stats.wilcoxon([1, 2, 3, 4, 5], [0] * 5)["p"] == pytest.approx(0.0625)
+
+
+def test_wilcoxon_with_ties_against_enumeration():
+    import itertools
+    a, b = [3.0, 5.0, 1.0, 4.0, 6.0, 2.0, 2.0], [1.0, 4.0, 2.0, 2.0, 5.0, 2.0, 4.0]  # |d| ties, one zero
+    d = [x - y for x, y in zip(a, b) if x != y]
+    order = sorted(abs(v) for v in d)
+    rank = {v: statistics.fmean(i + 1 for i, u in enumerate(order) if u == v) for v in set(order)}
+    r = [rank[abs(v)] for v in d]
+    w = sum(rk for rk, v in zip(r, d) if v > 0)
+    sums = [sum(rk for rk, s in zip(r, signs) if s) for signs in itertools.product([0, 1], repeat=len(d))]
+    p = 2 * min(sum(s <= w for s in sums), sum(s >= w for s in sums)) / len(sums)
+    got = stats.wilcoxon(a, b)
+    assert got["n"] == len(d) == 6 and got["W"] == w and got["p"] == pytest.approx(min(1.0, p))
+
+
+def test_paired_spread_against_enumeration():
+    import itertools
+    a, b = [10.0, 30.0, 52.0, 11.0, 40.0], [20.0, 24.0, 26.0, 21.0, 25.0]
+    for robust in (False, True):
+        spread = (lambda v: statistics.fmean(abs(x - statistics.median(v)) for x in v)) if robust else statistics.stdev
+        t = spread(a) - spread(b)
+        ts = []
+        for swap in itertools.product([False, True], repeat=len(a)):
+            u = [y if s else x for x, y, s in zip(a, b, swap)]
+            v = [x if s else y for x, y, s in zip(a, b, swap)]
+            ts.append(spread(u) - spread(v))
+        p = sum(abs(x) >= abs(t) - 1e-12 for x in ts) / len(ts)
+        r = stats.paired_spread(a, b, robust=robust)
+        assert r["stat"] == pytest.approx(t) and r["p"] == pytest.approx(p)
+        assert stats.paired_spread(b, a, robust=robust)["p"] == pytest.approx(p)  # symmetric
+    assert 0 < p < 1
+
+
+def test_paired_spread_finds_a_real_difference_and_not_a_fake_one():
+    rng = np.random.default_rng(3)
+    base = rng.normal(50, 2, 24)  # a shared seed effect
+    wide, narrow = base + rng.normal(0, 12, 24), base + rng.normal(0, 1, 24)
+    assert stats.paired_spread(wide, narrow)["p"] < 0.01  # Monte Carlo branch (n > 16)
+    assert stats.paired_spread(wide, narrow, robust=True)["p"] < 0.01
+    same = base + rng.normal(0, 5, 24)
+    assert stats.paired_spread(same, base + rng.normal(0, 5, 24))["p"] > 0.05
+    assert stats.paired_spread([1.0, 2.0], [3.0, 4.0])["p"] is None  # two seeds: no spread test
+
+
+def test_holm_by_hand():
+    # sorted 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005, 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04): monotone
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.2, None, 0.6]) == [0.4, None, 0.6]
+    assert stats.holm([0.5, 0.9]) == [1.0, 1.0]
+
+
+def test_paired_interval_covers_the_difference():
+    a, b = np.arange(20.0) * 2, np.arange(20.0)  # Std(a) - Std(b) = Std(b) ~ 5.9 exactly
+    r = stats.paired_interval(a, b, lambda x, y: stats.spread_stat(x, y, False))
+    assert r["lo"] < np.std(b, ddof=1) < r["hi"] and r["lo"] > 0
