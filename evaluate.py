@@ -91,14 +91,18 @@ def samples(sets: dict):
             yield n, [t for t in xi if t != PAD], [t for t in yi if t != IGNORE]
 
 
-def shortcut_scores(task, sets: dict) -> dict:
-    """{predictor: [exact match per length]} of the trivial predictors on the sets (see the docstring)."""
-    by_n = {}
+def shortcut_scores(task, sets: dict, keep=None) -> dict:
+    """{predictor: [exact match per length]} of the trivial predictors on the sets (see the docstring);
+    keep(x) -> bool: score only those samples (task.hard: the hard subset; None where a length has none)."""
+    by_n = {n: [] for n in sorted(sets)}
     for n, x, ans in samples(sets):
-        by_n.setdefault(n, []).append((x, tuple(ans)))
+        if keep is None or keep(x):
+            by_n[n].append((x, tuple(ans)))
     out = {}
-    for i, n in enumerate(sorted(by_n)):
+    for i, n in enumerate(by_n):
         answers = [a for _, a in by_n[n]]
+        if not answers:
+            continue
         preds = {"most frequent answer": [Counter(answers).most_common(1)[0][0]] * len(answers),
                  # the best constant answer per position: the most frequent token at each answer slot
                  "best constant per position": [tuple(Counter(col).most_common(1)[0][0] for col in zip(*answers))]
@@ -144,9 +148,22 @@ def evaluate(model, schedule, task, test_sets: dict, val_sets: dict, T_test: int
             row["policy_hard_acc"] = policy_ok[h].mean().item() if h.any() else None
         rows.append(row)
     shortcuts = shortcut_scores(task, test_sets)
+    m = metrics(lengths, rows, shortcuts, n_max, K)
+    if has_hard:  # the shortcuts on the hard subset: what an accuracy there must beat
+        m.update(hard_shortcut(lengths, shortcut_scores(task, test_sets, keep=task.hard), n_max))
     return {"lengths": lengths, "K": K, "acc": [r["acc"] for r in rows],
             "val_acc": [r["val_acc"] for r in rows], "hard_acc": [r.get("hard_acc") for r in rows] if has_hard else None,
-            "shortcuts": shortcuts, "metrics": metrics(lengths, rows, shortcuts, n_max, K)}
+            "shortcuts": shortcuts, "metrics": m}
+
+
+def hard_shortcut(lengths: list[int], scores: dict, n_max: int) -> dict:
+    """The best shortcut's OOD exact match on the hard subset (mean over the OOD lengths that have hard
+    samples), in %, and its name: `shortcut_hard_ood`, `shortcut_hard_ood_name`."""
+    ood = [i for i, n in enumerate(lengths) if n > n_max]
+    vals = {k: 100 * statistics.fmean(v[i] for i in ood if v[i] is not None) for k, v in scores.items()
+            if any(v[i] is not None for i in ood)}
+    best = max(vals, key=vals.get) if vals else None
+    return {"shortcut_hard_ood": vals.get(best), "shortcut_hard_ood_name": best}
 
 
 # --- metrics --------------------------------------------------------------------------------------
@@ -216,15 +233,18 @@ def format_run(e: dict) -> str:
     m = e["metrics"]
     cuts = ", ".join(f"{k} {fmt(v['ood'])}%" for k, v in m["shortcuts"].items())
     lines = [f"{e.get('run_dir', '')}  task={e['task']} schedule={e['schedule']} seed={e['seed']}",
-             f"  in-distribution: policy {fmt(m['policy_id'])}%  oracle {fmt(m['oracle_id'])}%",
-             f"  OOD: oracle {vs_shortcut(m['oracle_ood'], m['shortcut_ood'])}  val-K {fmt(m['val_k_ood'])}%  "
+             f"  in-distribution: policy {fmt(m['policy_id'])}%  oracle {fmt(m['oracle_id'])}%"]
+    if "oracle_hard_ood" in m:  # first the samples that test the rule: most others a shortcut also gets right
+        cut = m.get("shortcut_hard_ood")
+        lines.append(f"  hard subset ({fmt(100 * statistics.fmean(m['hard_frac']))}% of samples, those that test the "
+                     f"rule), OOD: oracle {vs_shortcut(m['oracle_hard_ood'], cut)}  val-K {fmt(m['val_k_hard_ood'])}%  "
+                     f"policy {fmt(m['policy_hard_ood'])}%  shortcut " + (f"{fmt(cut)}% ({m['shortcut_hard_ood_name']})"
+                                                                          if cut is not None else "-"))
+    lines += [f"  OOD, all samples: oracle {vs_shortcut(m['oracle_ood'], m['shortcut_ood'])}  val-K {fmt(m['val_k_ood'])}%  "
              f"ID-K {fmt(m['id_k_ood'])}% (K={m['id_k']})  policy {fmt(m['policy_ood'])}%  gap {fmt(m['gap'])} pp  "
              f"T(n) {fmt(m['tn_ood'])}%  per-sample oracle {fmt(m['per_sample_oracle_ood'])}%",
              f"       front@90 {fmt(m['front90'], '')}  flip rate {fmt(m['flip_rate'], '.3f')}  exit depth {fmt(m['policy_depth_ood'])}",
              f"  shortcut (OOD): {cuts}"]
-    if "oracle_hard_ood" in m:
-        lines.append(f"  hard subset (OOD): oracle {fmt(m['oracle_hard_ood'])}%  val-K {fmt(m['val_k_hard_ood'])}%  "
-                     f"policy {fmt(m['policy_hard_ood'])}%  ({fmt(100 * statistics.fmean(m['hard_frac']))}% of samples)")
     lines += ["  n:         " + " ".join(f"{n:>5}" for n in e["lengths"]),
               "  oracle:    " + " ".join(f"{a:5.2f}" for a in m["oracle"]),
               "  val-K:     " + " ".join(f"{a:5.2f}" for a in m["val_k_acc"]),

@@ -2,8 +2,11 @@
 import os
 import sys
 
+import pytest
+
 import config
 import evaluate
+import stats
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results"))
 import recipes  # noqa: E402
@@ -22,39 +25,52 @@ def test_a_changed_recipe_is_caught(monkeypatch):
     assert recipes.stale("addition", evaluate.load_eval(recipes.run_dir("addition"))) == {"max_iters": 8000}
 
 
-def study_rows():
-    """Two 16-seed rows of made-up study runs: a tight one (Std 0.7) and a wide one (Std 24.6)."""
-    run = lambda v: {"metrics": {"oracle_ood": v, "gap": 0.0, "front90": 10, "val_k_ood": v, "shortcut_ood": 1.0,
-                                 "shortcut_ood_name": "constant"}, "n_max": 10, "config": {"T_max": 15, "task": "toy"}}
-    return [run(50 + d) for d in (-1, 0, 1, 0) * 4], [run(50 + d) for d in (-30, 0, 30, -25) * 4]
+def study_rows(n=16):
+    """Two rows of made-up study runs, seeds 0..n-1: a tight one (Std 0.7) and a wide one (Std 24.6)."""
+    run = lambda k, v: {"seed": k, "metrics": {"oracle_ood": v, "gap": 0.0, "front90": 10, "val_k_ood": v,
+                                               "policy_id": 100.0, "shortcut_ood": 1.0, "shortcut_ood_name": "constant"},
+                        "n_max": 10, "config": {"T_max": 15, "task": "toy"}}
+    tight = [run(k, 50 + d) for k, d in enumerate([-1, 0, 1, 0] * (n // 4))]
+    wide = [run(k, 50 + d) for k, d in enumerate([-30, 0, 30, -25] * (n // 4))]
+    return tight, wide
 
 
-def test_study_verdicts_follow_the_evidence(monkeypatch):
+def unconverged(runs, seeds):
+    return [{**e, "metrics": {**e["metrics"], "policy_id": 90.0}} if e["seed"] in seeds else e for e in runs]
+
+
+def test_study_verdicts_follow_the_evidence():
     import study
-    monkeypatch.setattr(study, "PLANNED", {("toy", "fixed_window"): 16})  # a row extended after its 8-seed look
     tight, wide = study_rows()
-    claims = lambda rows: {c.text: c.verdict for c in study.claims(rows)}
-    verdicts = claims({"window": tight, "matched": wide})
-    assert verdicts["window has a smaller spread of Oracle OOD than matched"].startswith("reproduced")
-    assert verdicts["window has a smaller spread of Oracle OOD than fixed"] == "not run yet (no seeds of fixed)"
-    verdicts = claims({"window": wide, "matched": tight})
-    assert verdicts["window has a smaller spread of Oracle OOD than matched"].startswith("contradicted")
-    interim = claims({"window": tight[:8], "matched": wide[:8]})  # rows planned at 16 seeds
-    assert interim["window has a smaller spread of Oracle OOD than matched"].startswith("consistent with the paper")
-    assert interim["window has a smaller spread of Oracle OOD than matched"].endswith("window 8 of 16, matched 8 of 16")
-    assert claims({"window": tight, "matched": tight[:3]})[
-        "window has a smaller spread of Oracle OOD than matched"].startswith("not significant at 16 and 3 seeds")
-    no_direction = claims({"window": tight, "multidepth": wide[:1]})["multidepth ~ window (Oracle OOD)"]
-    assert no_direction.startswith("not enough seeds; interim look"), no_direction
-    lower = [{**r, "metrics": {**r["metrics"], "oracle_ood": r["metrics"]["oracle_ood"] - 10}} for r in tight[:8]]
-    ablations = claims({"fixed_window": tight, "fixed": wide, "rl_ent0.1": lower, "rl": tight})
-    assert ablations["fixed_window (c +- w) has a smaller spread of Oracle OOD than fixed"].startswith("reproduced")
-    assert ablations["lambda_ent = 0.1 is too uniform (lower Oracle OOD than 0.001)"].startswith("reproduced")
-    differ = claims({"multidepth": lower, "window": tight})["multidepth ~ window (Oracle OOD)"]
-    assert differ.startswith("they differ (mean 40.0 vs 50.0"), differ
-    assert ablations["lambda_ent = 0 collapses (lower Oracle OOD than 0.001)"] == "not run yet (no seeds of rl_ent0)"
-    extended = claims({"fixed_window": tight[:8], "fixed": wide})
-    assert extended["fixed_window (c +- w) has a smaller spread of Oracle OOD than fixed"].endswith("fixed_window 8 of 16")
+    claims = lambda rows: {v.claim.text: v for v in study.verdicts("toy", rows)}
+    key = "window has a smaller spread of Oracle OOD than matched"
+    v = claims({"window": tight, "matched": wide})[key]
+    assert v.verdict.startswith("reproduced") and v.result["n"] == 16 and v.p_holm == v.result["p"] < 0.05  # alone in its family
+    assert claims({"window": tight, "matched": wide})[key.replace("matched", "fixed")].verdict == "not run (no seeds of fixed)"
+    assert claims({"window": wide, "matched": tight})[key].verdict.startswith("contradicted")
+    interim = claims({"window": tight[:8], "matched": wide[:8]})[key].verdict  # rows declared at 16 seeds
+    assert interim.startswith("interim look, not a verdict") and interim.endswith("window 8 of 16, matched 8 of 16")
+    # a pair counts only where both seeds converged; too few pairs, no test
+    few = claims({"window": unconverged(tight, range(14)), "matched": wide})[key]
+    assert few.result["n"] == 2 and few.verdict == "too few converged pairs (2 of 16)"
+    # seeds past the declared count (trained after a look) stay out of the primary test
+    late = claims({"window": tight + study_rows(32)[0][16:], "matched": wide + study_rows(32)[1][16:]})[key]
+    assert late.result["pairs"] == 16
+    # no difference: 'not significant', with the interval of the difference, never equality
+    same = claims({"window": tight, "matched": tight})[key].verdict
+    assert same.startswith("not significant at 16 pairs") and "95% interval [" in same
+
+
+def test_holm_adjusts_within_a_family_only():
+    import study
+    tight, wide = study_rows()
+    rows = {"window": tight, "matched": wide, "fixed": wide, "rl": tight}
+    vs = study.verdicts("toy", rows)
+    head = [v for v in vs if v.claim.family == "headline"]
+    assert len(head) == 4 and [v.p_holm for v in head] == pytest.approx(stats.holm([v.result["p"] for v in head]))
+    gaps = [v for v in vs if v.claim.family == "other" and v.result is not None]
+    assert [v.p_holm for v in gaps] == pytest.approx(stats.holm([v.result["p"] for v in gaps]))
+    assert all(v.p_holm >= v.result["p"] for v in head)
 
 
 def test_study_sh_trains_the_seeds_study_py_plans():
@@ -70,14 +86,14 @@ def test_study_sh_trains_the_seeds_study_py_plans():
     for task, name, seeds in calls:
         most[task, name] = max(seeds, most.get((task, name), 0))
     trained = {key: k for key, k in most.items() if k > 1}  # one-seed rows are demonstrations, never tested
-    assert trained[("dyck", "rl")] == study.PLANNED[("dyck", "rl")]  # the parse found the extended rows
-    assert {key: study.planned(*key) for key in trained} == trained
+    assert trained[("dyck", "rl")] == study.GROWN[("dyck", "rl")]  # the parse found the extended rows
+    assert {key: study.trained(*key) for key in trained} == trained
 
 
 def test_the_headline_shows_the_main_rows_and_only_their_spread_verdicts():
     import study
     tight, wide = study_rows()
     text = "\n".join(study.headline_rows("copy", {"window": tight, "matched": wide, "ponder": wide[:8]}))
-    assert "| window w=5 | 16 | 50.0 ± 0.7 |" in text and "| matched | 16 |" in text and "ponder" not in text
+    assert "| window w=5 | 16 / 16 | 50.0 ± 0.7 |" in text and "| matched | 16 / 16 |" in text and "ponder" not in text
     assert "- window has a smaller spread of Oracle OOD than matched: reproduced" in text
     assert "than fixed" not in text  # a claim whose rows were not run stays out of the headline
