@@ -97,3 +97,22 @@ def test_the_headline_shows_the_main_rows_and_only_their_spread_verdicts():
     assert "| window w=5 | 16 / 16 | 50.0 ± 0.7 |" in text and "| matched | 16 / 16 |" in text and "ponder" not in text
     assert "- window has a smaller spread of Oracle OOD than matched: reproduced" in text
     assert "than fixed" not in text  # a claim whose rows were not run stays out of the headline
+
+
+def test_ladder_sh_trains_what_ladder_py_declares():
+    import subprocess
+
+    import ladder
+    queue = subprocess.run(["bash", os.path.join(ladder.ROOT, "results", "ladder.sh"), "--list"], capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    runs = [line.split() for line in queue if line]
+    recipe = {t: config.RECIPES[t].get("max_iters", config.Config().max_iters) for t in ladder.TASKS}
+    seen = set()
+    for task, rung, row, seed, *flags in runs:
+        f = dict(zip(flags[::2], flags[1::2]))
+        _, steps, width = ladder.RUNGS[rung]
+        assert int(f["--max_iters"]) == steps * recipe[task] and int(f["--d_model"]) == width, (task, rung, row)
+        assert f["--schedule"] == row and row in ladder.ROWS
+        seen.add((task, rung, row, int(seed)))
+    trained = [r for r in ladder.RUNGS if r != "r1"]
+    assert seen == {(t, r, row, k) for t in ladder.TASKS for r in trained for row in ladder.ROWS for k in range(ladder.SEEDS)}
