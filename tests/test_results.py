@@ -116,3 +116,16 @@ def test_ladder_sh_trains_what_ladder_py_declares():
         seen.add((task, rung, row, int(seed)))
     trained = [r for r in ladder.RUNGS if r != "r1"]
     assert seen == {(t, r, row, k) for t in ladder.TASKS for r in trained for row in ladder.ROWS for k in range(ladder.SEEDS)}
+
+
+def test_a_verdict_reads_the_holm_adjusted_p(monkeypatch):
+    import study
+    tight, wide = study_rows()
+    fake = {"pairs": 16, "n": 16, "p": 0.02, "da": 1.0, "db": 5.0, "lo": -6.0, "hi": -2.0}
+    monkeypatch.setattr(study, "compare", lambda *a, **k: dict(fake))
+    head = [v for v in study.verdicts("toy", {"window": tight, "matched": wide, "fixed": wide, "rl": tight})
+            if v.claim.family == "headline"]
+    assert [v.p_holm for v in head] == pytest.approx([0.08] * 4)  # four claims at p = 0.02
+    assert all(v.verdict.startswith("not significant at 16 pairs") for v in head)
+    alone = study.verdicts("toy", {"window": tight, "matched": wide})
+    assert [v.verdict for v in alone if v.claim.rows == ("window", "matched") and v.claim.spread][0].startswith("reproduced")
