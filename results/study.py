@@ -441,7 +441,7 @@ def section(task: str, rows: dict, plt) -> list[str]:
 def headline_rows(task: str, rows: dict) -> list[str]:
     """The top-level README's rows: the main schedules' converged seeds and primary metric, the shortcut
     beside it, then the headline family's verdicts."""
-    main = [n for n in ("fixed", "matched", "window", "rl", "lognormal_poisson", "trm_halt") if n in rows]
+    main = [n for n in MAIN if n in rows]
     if not main:
         return []
     key, name, vkey, vname = primary(task)
