@@ -5,10 +5,10 @@ rungs are results/ladder/TASK/RUNG/ROW (written by results/ladder.sh).
 
     python results/ladder.py        # deterministic: the same JSON gives the same bytes
 
-Declared before the ladder's runs (the protocol of results/study.py): 8 seeds a row; a seed converged
-at >= 99% in-distribution exact match; primary metric as the study's (dyck: the hard subset); per task
-one family of 2 x (number of rungs) paired spread tests, window against fixed and against matched at
-every rung, Holm-adjusted within the family.
+Declared before the ladder's runs (the protocol of results/study.py): 8 seeds a row (the GPU rung: 16, of
+which the first 8 enter the tests, as at every rung); a seed converged at >= 99% in-distribution exact
+match; primary metric as the study's (dyck: the hard subset); per task one family of 2 x 5 paired spread
+tests, window against fixed and against matched at every rung of RUNGS, Holm-adjusted within the family.
 """
 
 import os
@@ -28,10 +28,14 @@ LADDER = os.path.join(ROOT, "results", "ladder")
 SEEDS = 8  # declared seeds a row
 TASKS = ("copy", "dyck")
 ROWS = ("fixed", "matched", "window")
-# rung -> (where its runs live, what it trains); compute is relative to r1: steps x width^2
+# rung -> (what it trains, steps as a multiple of the recipe's, d_model); None: set by the run (the GPU rung's
+# budget is chosen from its measured step rate). Compute is relative to r1: steps x width^2.
 RUNGS = {"r1": ("the study's first round, seeds 0-7", 1, 64),
          "r2": ("3x the recipe's steps", 3, 64),
-         "r3": ("twice the width, 3x the steps", 3, 128)}
+         "r3": ("twice the width, 3x the steps", 3, 128),
+         "rE": ("r2 with a weight EMA (decay 0.999, TRM's), evaluated on the EMA weights", 3, 64),
+         "rH": ("the paper's width (d_model 256) on an H200, 16 seeds stacked (results/cuda/rung.sh)", None, 256)}
+RECIPE_STEPS = {"copy": 1500, "dyck": 800}  # config.RECIPES' max_iters (tests/test_results.py checks)
 TESTS = (("window", "fixed"), ("window", "matched"))  # the paper: the window spreads less than each
 
 
@@ -39,9 +43,9 @@ def rung_dir(task: str, rung: str, row: str) -> str:
     return os.path.join(ROOT, "results", "study", task, row) if rung == "r1" else os.path.join(LADDER, task, rung, row)
 
 
-def compute(rung: str) -> float:
-    _, steps, width = RUNGS[rung]
-    return steps * (width / 64) ** 2
+def compute(task: str, cfg: dict) -> float:
+    """Training compute relative to the recipe's: steps x width^2."""
+    return cfg["max_iters"] / RECIPE_STEPS[task] * (cfg["d_model"] / 64) ** 2
 
 
 def load(task: str) -> dict:
@@ -98,7 +102,7 @@ def table(task: str, rungs: dict) -> list[str]:
             v = [e["metrics"][key] for e in conv]
             cfg = runs[0]["config"]
             lines.append(f"| {rung} (d_model {cfg['d_model']}, {cfg['max_iters']} steps) | "
-                         f"{compute(rung):g}x | {row} | {len(conv)} / {len(runs)} | {study.ms(v)} | "
+                         f"{compute(task, cfg):g}x | {row} | {len(conv)} / {len(runs)} | {study.ms(v)} | "
                          + (f"{min(v):.1f}-{max(v):.1f}" if v else "-") + f" | {study.ms([e['metrics'][vkey] for e in conv])} | "
                          f"{study.minutes(runs)} |")
     cut = study.shortcut_of(next(iter(next(iter(rungs.values())).values())), key)
@@ -125,15 +129,17 @@ def plot(plt, task: str, rungs: dict) -> None:
                 ok = study.converged(e)
                 ax.scatter(4 * i + j + 0.06 * (k - 3.5), e["metrics"][key], s=14, color=colors[row],
                            facecolors=colors[row] if ok else "none", label=row if i == 0 and k == 0 else None)
-    ax.set_xticks([4 * i + 1 for i in range(len(rungs))], [f"{r} ({compute(r):g}x)" for r in rungs])
+    cx = {r: compute(task, next(iter(rows.values()))[0]["config"]) for r, rows in rungs.items()}
+    ax.set_xticks([4 * i + 1 for i in range(len(rungs))], [f"{r} ({cx[r]:g}x)" for r in rungs])
     ax.set(ylabel=f"{name} (%)", title=f"{task}: one dot per seed (hollow: not converged)", ylim=(-2, 102))
     ax.legend(fontsize=8, loc="lower left")
     for row in ROWS:
-        pts = [(compute(r), statistics.stdev(v)) for r, rows in rungs.items()
+        pts = [(cx[r], statistics.stdev(v)) for r, rows in rungs.items() if r != "rE"
                if len(v := [e["metrics"][key] for e in rows.get(row, []) if study.converged(e)]) > 1]
         if pts:
             bx.plot(*zip(*pts), "o-", color=colors[row], label=row)
-    bx.set(xscale="log", xlabel="training compute (x rung r1)", ylabel="Std over converged seeds", title="spread vs compute")
+    bx.set(xscale="log", xlabel="training compute (x rung r1)", ylabel="Std over converged seeds",
+           title="spread vs compute (no EMA)")
     bx.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(LADDER, f"{task}.png"), dpi=110, metadata={"Software": None})

@@ -10,7 +10,9 @@
 # Rung r1 is the study's first round (results/study/, seeds 0-7 of each row: the recipe's width and steps).
 # The rungs trained here (compute relative to r1: steps x width^2):
 #   r2  the recipe's width (d_model 64), 3x its steps                         3x
+#   rE  r2 with a weight EMA (--ema 0.999, TRM's decay), evaluated on it      3x
 #   r3  twice the width (d_model 128), 3x its steps                          12x
+# and on an H200 (results/cuda/rung.sh): rH, the paper's width (d_model 256).
 # A run is `python train.py --task TASK --seed k --seeds 1 --threads 1 --out_dir
 # results/ladder/TASK/RUNG/ROW/seedk FLAGS`; a killed lane resumes (--resume) where it stopped and skips
 # finished runs (eval.json). The queue is seed-major, so a lane cut short leaves balanced rows.
@@ -21,14 +23,15 @@ LANES=${LANES:-1}
 
 steps() { case "$1" in dyck) echo 800 ;; copy) echo 1500 ;; esac; }  # the CPU recipes' max_iters (train.py)
 queue() {
-  for rung in r2 r3; do
+  for rung in r2 rE r3; do
     for task in copy dyck; do
-      local s=$(( 3 * $(steps $task) )) width=64
-      [ $rung = r3 ] && width=128
+      local s=$(( 3 * $(steps $task) )) extra="--d_model 64"
+      [ $rung = r3 ] && extra="--d_model 128"
+      [ $rung = rE ] && extra="--d_model 64 --ema 0.999"
       for k in 0 1 2 3 4 5 6 7; do
-        echo "$task $rung fixed $k --schedule fixed --max_iters $s --d_model $width"
-        echo "$task $rung matched $k --schedule matched --max_iters $s --d_model $width"
-        echo "$task $rung window $k --schedule window --w 5 --max_iters $s --d_model $width"
+        echo "$task $rung fixed $k --schedule fixed --max_iters $s $extra"
+        echo "$task $rung matched $k --schedule matched --max_iters $s $extra"
+        echo "$task $rung window $k --schedule window --w 5 --max_iters $s $extra"
       done
     done
   done
