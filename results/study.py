@@ -13,8 +13,8 @@ The protocol (SPEC 4c), declared in this file before the runs it judges:
   permutation test of Std(a) - Std(b) (stats.paired_spread; the robust MAD variant beside it); means:
   the paired t-test (Wilcoxon beside it). The unpaired tests (Brown-Forsythe, Welch) on the same seeds
   and the paired test on every declared pair, converged or not, are secondary.
-- Each task's claims form declared *families* (FAMILIES); a verdict's p is Holm-adjusted within its
-  family. "reproduced" / "contradicted" need an adjusted p < 0.05 at the declared seed count; otherwise
+- Each task's claims form one declared *family* (declared_claims); a verdict's p is Holm-adjusted
+  within it, over the claims whose rows ran. "reproduced" / "contradicted" need an adjusted p < 0.05 at the declared seed count; otherwise
   "not significant at N pairs", with the 95% interval of the difference. No verdict reads as equality.
 - The primary metric is PRIMARY[task]: dyck's is its hard subset (prefixes that go below zero), where
   the counting shortcut fails; Oracle OOD on all samples is secondary there.
@@ -194,7 +194,7 @@ def word(c: dict, higher, spread: bool, p_adj, interim: bool) -> str:
 
 class Claim(NamedTuple):
     text: str
-    family: str  # "headline" or "other": Holm adjusts within a task's family
+    headline: bool  # one of the four spread claims README.md's headline shows
     rows: tuple[str, str]  # the two rows compared
     higher: bool | None  # the paper says a is higher (True) / lower (False) than b; None: no direction
     key: str  # the metric compared
@@ -202,21 +202,21 @@ class Claim(NamedTuple):
 
 
 def declared_claims(task: str) -> list[Claim]:
-    """The primary paper's claims tested on a task, in two families: the headline spread claims and the
-    others (declared here before the runs that judge them; the first round's were declared after its runs)."""
+    """The primary paper's claims tested on a task: one family, the headline spread claims first
+    (declared here before the runs that judge them; the first round's were declared after its runs)."""
     key, name = primary(task)[:2]
-    out = [Claim(f"{s} has a smaller spread of {name} than {d}", "headline", (s, d), False, key, True)
+    out = [Claim(f"{s} has a smaller spread of {name} than {d}", True, (s, d), False, key, True)
            for s in ("window", "rl") for d in ("fixed", "matched")]
-    out += [Claim(f"{s} has a smaller Gap than {d}", "other", (s, d), False, "gap", False)
+    out += [Claim(f"{s} has a smaller Gap than {d}", False, (s, d), False, "gap", False)
             for s in ("window", "rl") for d in ("fixed", "matched")]
-    out.append(Claim(f"fixed_window (c +- w) has a smaller spread of {name} than fixed", "other",
+    out.append(Claim(f"fixed_window (c +- w) has a smaller spread of {name} than fixed", False,
                      ("fixed_window", "fixed"), False, key, True))
-    out.append(Claim(f"rl raises {name} over window", "other", ("rl", "window"), True, key, False))
-    out.append(Claim(f"lambda_ent = 0 collapses (lower {name} than 0.001)", "other", ("rl_ent0", "rl"), False, key, False))
-    out.append(Claim(f"lambda_ent = 0.1 is too uniform (lower {name} than 0.001)", "other", ("rl_ent0.1", "rl"), False, key, False))
-    out.append(Claim(f"T_max = 5 is too short (lower {name} than the recipe's T_max)", "other", ("rl_tmax5", "rl"), False, key, False))
-    out.append(Claim(f"multidepth ~ window ({name}; a test of difference)", "other", ("multidepth", "window"), None, key, False))
-    out.append(Claim(f"ponder is unstable (larger spread of {name} than window)", "other", ("ponder", "window"), True, key, True))
+    out.append(Claim(f"rl raises {name} over window", False, ("rl", "window"), True, key, False))
+    out.append(Claim(f"lambda_ent = 0 collapses (lower {name} than 0.001)", False, ("rl_ent0", "rl"), False, key, False))
+    out.append(Claim(f"lambda_ent = 0.1 is too uniform (lower {name} than 0.001)", False, ("rl_ent0.1", "rl"), False, key, False))
+    out.append(Claim(f"T_max = 5 is too short (lower {name} than the recipe's T_max)", False, ("rl_tmax5", "rl"), False, key, False))
+    out.append(Claim(f"multidepth ~ window ({name}; a test of difference)", False, ("multidepth", "window"), None, key, False))
+    out.append(Claim(f"ponder is unstable (larger spread of {name} than window)", False, ("ponder", "window"), True, key, True))
     return out
 
 
@@ -228,8 +228,8 @@ class Verdict(NamedTuple):
 
 
 def verdicts(task: str, rows: dict, claims: list[Claim] = None) -> list[Verdict]:
-    """Every declared claim of a task with its test, its Holm-adjusted p (within its family, over the claims
-    that could be tested) and its verdict."""
+    """Every declared claim of a task with its test, its Holm-adjusted p (over the task's claims that
+    could be tested) and its verdict."""
     claims = claims or declared_claims(task)
     results = []
     for c in claims:
@@ -237,10 +237,9 @@ def verdicts(task: str, rows: dict, claims: list[Claim] = None) -> list[Verdict]
         results.append(None if a not in rows or b not in rows else
                        compare(rows[a], rows[b], c.key, c.spread, declared(a), declared(b)))
     adj = [None] * len(claims)
-    for fam in {c.family for c in claims}:
-        idx = [i for i, c in enumerate(claims) if c.family == fam and results[i] is not None]
-        for i, p in zip(idx, stats.holm([results[i]["p"] for i in idx])):
-            adj[i] = p
+    idx = [i for i, r in enumerate(results) if r is not None]
+    for i, p in zip(idx, stats.holm([results[i]["p"] for i in idx])):
+        adj[i] = p
     out = []
     for c, r, p in zip(claims, results, adj):
         if r is None:
@@ -255,17 +254,17 @@ def verdicts(task: str, rows: dict, claims: list[Claim] = None) -> list[Verdict]
 
 
 def verdict_table(vs: list[Verdict]) -> list[str]:
-    lines = ["| claim of the primary paper | family | converged pairs | paired p | Holm p | robust p | unpaired p | "
-             "all pairs, paired p | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| claim of the primary paper | converged pairs | paired p | Holm p | robust p | unpaired p | "
+             "all pairs, paired p | verdict |", "|---|---|---|---|---|---|---|---|"]
     for v in vs:
         r = v.result or {}
-        cells = [v.claim.text, v.claim.family, f"{r['n']} of {r['pairs']}" if r else "-", fmtp(r.get("p")),
+        cells = [v.claim.text, f"{r['n']} of {r['pairs']}" if r else "-", fmtp(r.get("p")),
                  fmtp(v.p_holm), fmtp(r.get("p_robust")), fmtp(r.get("p_unpaired")), fmtp(r.get("p_all")), v.verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + ["", "Paired p: the permutation test of Std (spreads) or the paired t-test (means) on the pairs that "
                     "converged in both rows; robust p: its MAD variant / the Wilcoxon signed-rank test; unpaired p: "
                     "Brown-Forsythe / Welch on the same seeds; all pairs: the paired test on every declared pair, "
-                    "converged or not. Holm adjusts the paired p within the claim's family on this task.", ""]
+                    "converged or not. Holm adjusts the paired p over the claims of this task (one family).", ""]
 
 
 def pyplot():
@@ -452,7 +451,7 @@ def headline_rows(task: str, rows: dict) -> list[str]:
         conv = [e for e in rows[n] if converged(e) and e["seed"] < declared(n)]
         lines.append(f"| {ROWS[n][0]} | {counts(n, rows[n])} | "
                      f"{ms([e['metrics'][key] for e in conv])} | {ms([e['metrics'][vkey] for e in conv])} |")
-    head = [v for v in verdicts(task, rows) if v.claim.family == "headline" and v.result is not None]
+    head = [v for v in verdicts(task, rows) if v.claim.headline and v.result is not None]
     return lines + ([""] + [f"- {v.claim.text}: {v.verdict}; Holm p = {fmtp(v.p_holm)} (paired "
                             f"{fmtp(v.result.get('p'))}, unpaired {fmtp(v.result.get('p_unpaired'))})" for v in head]
                     if head else []) + [""]
