@@ -2,6 +2,36 @@
 Stop schedules: at which loop depth the training loss of a looped model is read out, and which depth
 is used at test time.
 
+To use this with your model (this file imports only torch: copy it alone)
+----------------------------------------------------------------------------
+Your looped model provides three methods (model.py's LoopedTransformer has them):
+
+    embed(x) -> h0 (B, T, D)         x: token ids (B, T), or any input your embed accepts (one-hot (B, T, V)
+                                     through a linear read-in, ...); h0 is injected into every step
+    step(h, h0, t) -> H_t (B, T, D)  one loop step, t = 1, 2, ... (1-based; a step may ignore it)
+    readout(h) -> logits (B, T, V)
+
+and optionally init_state(h0) -> H_0, the state before step 1 (default: h0 itself, so step 1 receives h0
+twice; a loop that starts from zeros returns torch.zeros_like(h0)), and forward_depths(x, depth (B,)) ->
+(B, T, V), a faster path used when present. Then:
+
+    schedule = make_schedule("window", w=5, T_max=20)         # learned ones also take d_model=D, pad_id
+    opt = torch.optim.AdamW([*model.parameters(), *schedule.parameters()])  # else a halting head never learns
+    loss, stats = schedule.loss(model, x, y, Tn, gen)         # add mask= when x is not token ids
+    K = schedule.policy(Tn, T_test, hidden=unroll(model, x, T_test)[1], mask=mask)  # test depth (B,)
+
+    y       (B, T) integer targets on x's device, IGNORE (-100) wherever a position is not scored: fold
+            your answer mask into y
+    Tn      (B,) integer tensor on x's device, T(n) per sample (a (B, 1), float or numpy Tn is refused)
+    gen     a torch.Generator: the stream of depth draws (required; there is no global-RNG fallback)
+    mask    (B, T) bool, True at real tokens, what a halting head pools over. Default: x != pad_id, which
+            needs token ids (pad_id=None: every position is real); pass it for any other input
+    hidden  (T_test+1, B, T, D), index 0 = H_0 (the state before step 1); only learned schedules read it (Tn may then be None)
+
+Every argument is checked on entry: a wrong one raises ValueError naming it, its shape, dtype and what is
+expected. stats (a dict of floats): "loss" (the task loss, without any halting term), "block_evals" (block
+applications per sample), "depth" (the mean supervised depth).
+
 Notation (the papers' symbols):
 
     n        length of an input (per task: string length, bits per operand, ...)
@@ -16,29 +46,10 @@ Notation (the papers' symbols):
     r_t      hazard of a halting head: the probability of stopping at step t, having reached it
     pi       stop distribution pi(t) = r_t prod_{i<t} (1 - r_i), the remaining mass on the last step
 
-The model is any looped model with three methods (model.py's LoopedTransformer has them):
-
-    embed(x) -> H_0 (B, T, D)    step(H, H_0, t) -> H_t (B, T, D)    readout(H) -> logits (B, T, V)
-
-and, optionally, forward_depths(x, depth) -> (B, T, V), a faster path for per-sample depths.
-
-A schedule is an nn.Module (learned schedules own a halting head) with
-
-    loss(model, x, y, Tn, gen) -> (loss, stats)     the training loss of a batch; x, y (B, T) tokens and
-                                                    targets (IGNORE where unscored), Tn (B,) = T(n) per
-                                                    sample, gen the torch.Generator of depth sampling.
-                                                    stats: "loss" (the task loss, without any halting
-                                                    term), "block_evals" (block applications per sample),
-                                                    "depth" (mean supervised depth)
-    policy(Tn, T_test, hidden, mask) -> K (B,)      the test-time depth; hidden (T_test+1, B, T, D) and the
-                                                    real-token mask (B, T) only for learned schedules
-
 Single-depth schedules (fixed, matched, window, fixed_window, rl) supervise one depth per sample and
 pay only for the steps they need; weighted ones (multidepth, fixed_prior, ponder, act) read out every
 depth of one unrolled trajectory. Each equation sits above the line that computes it.
-
-This file imports only torch, so it can be copied alone. Shapes: B batch, T sequence length, D model
-width, K loop steps, V vocabulary.
+Shapes: B batch, T sequence length, D model width, K loop steps, V vocabulary.
 """
 
 import inspect
@@ -49,6 +60,67 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 IGNORE = -100  # target of an unscored position (F.cross_entropy's ignore_index)
+
+
+# --- the contract, checked: one message naming the argument, what it is and what is expected -----------
+
+def check(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ValueError(msg)
+
+
+def describe(v) -> str:
+    """What an argument is, in words: a tensor's shape, dtype and device, or another object's type."""
+    if isinstance(v, torch.Tensor):
+        return f"shape {tuple(v.shape)}, dtype {v.dtype}, device {v.device}"
+    return "None" if v is None else f"a {type(v).__module__}.{type(v).__qualname__}"
+
+
+KINDS = {"integer": lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool,
+         "bool": lambda d: d == torch.bool}
+
+
+def check_tensor(name: str, v, shape: tuple, kind: str, device, expected: str) -> None:
+    """v must be a torch.Tensor of `shape` (None: any size), dtype `kind` (integer, bool) on `device`."""
+    ok = (isinstance(v, torch.Tensor) and v.dim() == len(shape) and KINDS[kind](v.dtype)
+          and all(s is None or s == n for s, n in zip(shape, v.shape)) and (device is None or v.device == device))
+    check(ok, f"{name}: {describe(v)}; expected {expected}")
+
+
+def check_batch(x, y, Tn, gen, mask=None) -> None:
+    """The arguments of a schedule's loss (the contract in the module docstring)."""
+    check(isinstance(x, torch.Tensor) and x.dim() >= 2, f"x: {describe(x)}; expected a tensor (B, T, ...): token "
+                                                        f"ids (B, T) or any input the model's embed accepts")
+    (B, T), dev = x.shape[:2], x.device
+    check_tensor("y", y, (B, T), "integer", dev, f"(B, T) = ({B}, {T}) integer targets on x's device ({dev}), "
+                                                 f"IGNORE ({IGNORE}) at unscored positions")
+    check_tensor("Tn", Tn, (B,), "integer", dev, f"(B,) = ({B},) integer tensor on x's device ({dev}): T(n) per sample")
+    if mask is not None:
+        check_tensor("mask", mask, (B, T), "bool", dev, f"(B, T) = ({B}, {T}) bool on x's device ({dev}), True at real tokens")
+    check(isinstance(gen, torch.Generator), f"gen: {describe(gen)}; expected a torch.Generator, the stream of depth "
+                                            f"draws (there is no fallback to the global RNG)")
+
+
+def check_policy(Tn, T_test, hidden=None, mask=None, learned: bool = False) -> None:
+    """The arguments of a schedule's policy: Tn (B,) integer; learned schedules read hidden and mask instead."""
+    check(isinstance(T_test, int) and not isinstance(T_test, bool) and T_test >= 1,
+          f"T_test: {T_test!r}; expected an int >= 1")
+    if not learned:
+        return check_tensor("Tn", Tn, (None,), "integer", None, "(B,) integer tensor: T(n) per sample")
+    check(isinstance(hidden, torch.Tensor) and hidden.dim() == 4 and hidden.shape[0] >= T_test + 1,
+          f"hidden: {describe(hidden)}; expected (T_test+1, B, T, D) = ({T_test + 1}, B, T, D) states, index 0 the "
+          f"state before step 1 (unroll(model, x, T_test)[1])")
+    (B, T), dev = hidden.shape[1:3], hidden.device
+    check_tensor("mask", mask, (B, T), "bool", dev, f"(B, T) = ({B}, {T}) bool on hidden's device ({dev}), True at real tokens")
+    if Tn is not None:
+        check_tensor("Tn", Tn, (B,), "integer", dev, f"(B,) = ({B},) integer tensor on hidden's device ({dev})")
+
+
+def start(model, x: torch.Tensor):
+    """(H_0, h0): the state before step 1 (model.init_state(h0) if the model has one, else h0) and the input
+    injected into every step, h0 = embed(x) (B, T, D)."""
+    h0 = model.embed(x)
+    return (model.init_state(h0) if hasattr(model, "init_state") else h0), h0
 
 
 def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -63,8 +135,8 @@ def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def unroll(model, x: torch.Tensor, K: int):
     """The trajectory of K loop steps: logits (K, B, T, V) and hidden states (K+1, B, T, D), index 0 = H_0."""
-    h0 = h = model.embed(x)
-    logits, hidden = [], [h0]
+    h, h0 = start(model, x)
+    logits, hidden = [], [h]
     for t in range(1, K + 1):
         h = model.step(h, h0, t)
         logits.append(model.readout(h))
@@ -93,7 +165,7 @@ def truncated_logits_at(model, x: torch.Tensor, depth: torch.Tensor, k: int) -> 
     part (t <= tau - k) are a prefix again."""
     order = torch.argsort(depth, descending=True, stable=True)
     d = depth[order].tolist()
-    h0 = h = model.embed(x[order])  # (B, T, D)
+    h, h0 = start(model, x[order])  # (B, T, D)
     out = [None] * len(d)
     for t in range(1, d[0] + 1):
         n_run = sum(1 for di in d if di >= t)  # samples that run step t
@@ -106,11 +178,6 @@ def truncated_logits_at(model, x: torch.Tensor, depth: torch.Tensor, k: int) -> 
                 out[i] = model.readout(h[i:i + 1])
     logits = torch.cat(out)  # sorted order
     return logits[torch.argsort(order)]
-
-
-def check(ok: bool, msg: str) -> None:
-    if not ok:
-        raise ValueError(msg)
 
 
 # === Single-depth schedules ==========================================================================
@@ -133,7 +200,8 @@ class Schedule(nn.Module):
     def policy(self, Tn, T_test, hidden=None, mask=None) -> torch.Tensor:
         raise NotImplementedError
 
-    def loss(self, model, x, y, Tn, gen):
+    def loss(self, model, x, y, Tn, gen, mask=None):
+        check_batch(x, y, Tn, gen, mask)
         tau = self.train_depth(Tn, gen).to(x.device)  # (B,)
         if self.active_set or self.bptt_k:
             logits, evals = logits_at(model, x, tau, self.bptt_k), tau.float().mean().item()
@@ -164,6 +232,7 @@ class Fixed(Schedule):
         return torch.full_like(Tn, self.c)
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
+        check_policy(Tn, T_test)
         return torch.full_like(Tn, min(self.c, T_test))
 
 
@@ -176,6 +245,7 @@ class Matched(Schedule):
         return Tn.clamp(1, self.T_max)
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
+        check_policy(Tn, T_test)
         return Tn.clamp(1, T_test)
 
 
@@ -233,6 +303,7 @@ class LognormalPoisson(Schedule):
         return r.clamp(1, self.T_max).long().expand(len(Tn)).to(Tn.device)
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
+        check_policy(Tn, T_test)
         return torch.full_like(Tn, min(self.r_bar, T_test))
 
 
@@ -248,7 +319,8 @@ class MultiDepth(Matched):
         check(w >= 0, f"w={w}: must be >= 0")
         self.w = w
 
-    def loss(self, model, x, y, Tn, gen):
+    def loss(self, model, x, y, Tn, gen, mask=None):
+        check_batch(x, y, Tn, gen, mask)
         # S_w(x) = {clip(T(n) + d, 1, T_max) : d = -w..w} = the integers lo..hi. A set: the depths that
         # clipping piles up at 1 or T_max count once, so every supervised depth has the same weight.
         lo, hi = (Tn - self.w).clamp(1, self.T_max), (Tn + self.w).clamp(1, self.T_max)  # (B,)
@@ -281,7 +353,8 @@ class FixedPrior(Schedule):
         pi = torch.full((T_max,), 1 / T_max) if prior == "uniform" else truncated_geometric(lambda_p, T_max)
         self.register_buffer("pi", pi, persistent=False)  # (T_max,)
 
-    def loss(self, model, x, y, Tn, gen):
+    def loss(self, model, x, y, Tn, gen, mask=None):
+        check_batch(x, y, Tn, gen, mask)
         l = per_sample_ce(unroll(model, x, self.T_max)[0], y)  # (T_max, B)
         # L = sum_t pi_t l_t
         loss = (self.pi.unsqueeze(1) * l).sum(0).mean()
@@ -289,6 +362,7 @@ class FixedPrior(Schedule):
         return loss, {"loss": loss.item(), "block_evals": float(self.T_max), "depth": depth.item()}
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
+        check_policy(Tn, T_test)
         return torch.full_like(Tn, min(self.T_max, T_test))
 
 
@@ -336,9 +410,17 @@ class HaltingHead(Schedule):
         # 3/4 of the mass on steps 1-2 before anything is learned)
         nn.init.constant_(self.head.bias, -math.log(self.T_max - 1))
 
-    def real(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T) bool: the positions that are not padding."""
-        return x != self.pad_id if self.pad_id is not None else torch.ones_like(x, dtype=torch.bool)
+    def real(self, x: torch.Tensor, mask: torch.Tensor = None) -> torch.Tensor:
+        """(B, T) bool: the positions that are not padding, what the head pools over. The caller's mask if it
+        gives one; else x != pad_id, which needs token ids (pad_id None: every position is real)."""
+        if mask is not None:
+            return mask
+        if self.pad_id is None:
+            return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        check(x.dim() == 2 and KINDS["integer"](x.dtype),
+              f"x: {describe(x)}; pad_id={self.pad_id} finds padding by token id, which needs x (B, T) token ids: "
+              f"pass mask= (B, T) bool, True at real tokens (or build the schedule with pad_id=None: all real)")
+        return x != self.pad_id
 
     def hazard_logits(self, h: torch.Tensor) -> torch.Tensor:
         """a_t = q_phi(h_t), pooled states h (..., D) -> (...)."""
@@ -398,17 +480,19 @@ class RLHalting(HaltingHead):
         self.register_buffer("baseline", torch.zeros(()))  # b, checkpointed with the schedule
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
+        check_policy(Tn, T_test, hidden, mask, learned=True)
         # K_pi(x) = argmax_{1<=t<=T_test} pi^(T_test)(t|x)
         return self.test_log_pi(hidden, mask, T_test).argmax(-1) + 1
 
-    def loss(self, model, x, y, Tn, gen):
-        ce, halt, stats = self.terms(model, x, y, Tn, gen)
+    def loss(self, model, x, y, Tn, gen, mask=None):
+        ce, halt, stats = self.terms(model, x, y, Tn, gen, mask)
         # total: CE(yhat_tau, y) + L_halt
         return ce + halt, stats
 
-    def terms(self, model, x, y, Tn, gen):
+    def terms(self, model, x, y, Tn, gen, mask=None):
         """The two parts of the loss, CE(yhat_tau, y) and L_halt, and the stats."""
-        mask = self.real(x)
+        check_batch(x, y, Tn, gen, mask)
+        mask = self.real(x, mask)
         u = torch.rand(x.shape[0], generator=gen).to(x.device)  # one uniform per sample: tau ~ pi by inversion
         if self.active_set:
             ce, tau, a, n_grad, n_nograd = self._unroll_active(model, x, y, mask, u.log())
@@ -436,9 +520,9 @@ class RLHalting(HaltingHead):
         tau (B,), tau (B,), the hazard logits (B, T_max-1) and the block applications per sample with and
         without gradient."""
         B, Tm = x.shape[0], self.T_max
-        h0 = model.embed(x)  # (B, T, D)
+        h_start, h0 = start(model, x)  # (B, T, D)
         live, done = torch.arange(B, device=x.device), torch.zeros(0, dtype=torch.long, device=x.device)
-        h_live, h_done = h0, h0[:0].detach()  # states of running samples (grad) / stopped ones (no grad)
+        h_live, h_done = h_start, h_start[:0].detach()  # states of running samples (grad) / stopped ones (no grad)
         log_S = torch.zeros(B, device=x.device, dtype=h0.dtype)  # log prod_{i<=t} (1 - r_i)
         tau = torch.empty(B, dtype=torch.long, device=x.device)
         a, ce, n_grad, n_nograd = [], [], 0, 0
@@ -487,10 +571,11 @@ class PonderNet(HaltingHead):
         self.beta, self.alpha, self.rule = beta, alpha, ponder_rule
         self.register_buffer("log_prior", truncated_geometric(lambda_p, self.T_max).log(), persistent=False)
 
-    def loss(self, model, x, y, Tn, gen):
+    def loss(self, model, x, y, Tn, gen, mask=None):
+        check_batch(x, y, Tn, gen, mask)
         logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, T, V), (T_max+1, B, T, D)
         l = per_sample_ce(logits, y).transpose(0, 1)  # (B, T_max)
-        log_q = log_stop_distribution(self.trajectory_logits(hidden, self.real(x), self.T_max))  # (B, T_max)
+        log_q = log_stop_distribution(self.trajectory_logits(hidden, self.real(x, mask), self.T_max))  # (B, T_max)
         # L = sum_t q_t l_t + beta KL(q || p_G)
         task, kl = (log_q.exp() * l).sum(1).mean(), self.beta * kl_divergence(log_q, self.log_prior).mean()
         depth = (log_q.exp() * torch.arange(1, self.T_max + 1, device=x.device)).sum(1).mean()  # E_q[t]
@@ -498,6 +583,7 @@ class PonderNet(HaltingHead):
                            "depth": depth.item()}
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
+        check_policy(Tn, T_test, hidden, mask, learned=True)
         log_q = self.test_log_pi(hidden, mask, T_test)  # (B, T_test)
         if self.rule == "argmax":
             return log_q.argmax(-1) + 1
@@ -541,9 +627,10 @@ class ACT(HaltingHead):
         check(0 < act_eps < 1, f"act_eps={act_eps}: must be in (0, 1)")
         self.tau_act, self.eps = tau_act, act_eps
 
-    def loss(self, model, x, y, Tn, gen):
+    def loss(self, model, x, y, Tn, gen, mask=None):
+        check_batch(x, y, Tn, gen, mask)
         logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, T, V), (T_max+1, B, T, D)
-        halt = torch.sigmoid(self.trajectory_logits(hidden, self.real(x), self.T_max))  # (B, T_max-1)
+        halt = torch.sigmoid(self.trajectory_logits(hidden, self.real(x, mask), self.T_max))  # (B, T_max-1)
         N, R, p = act_weights(halt, self.eps)  # (B,), (B,), (B, T_max)
         # yhat = sum_t p_t logits_t
         mixed = torch.einsum("bk,kbtv->btv", p, logits)  # (B, T, V)
@@ -554,6 +641,7 @@ class ACT(HaltingHead):
                              "depth": depth.item(), "ponder_cost": (N + R).float().mean().item()}
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
+        check_policy(Tn, T_test, hidden, mask, learned=True)
         halt = torch.sigmoid(self.trajectory_logits(hidden, mask, T_test))  # (B, T_test-1)
         return act_weights(halt, self.eps)[0]
 
@@ -580,9 +668,10 @@ class TRMHalt(HaltingHead):
         check(1 <= trm_steps <= self.T_max, f"trm_steps={trm_steps}: must be in 1..T_max ({self.T_max})")
         self.m = trm_steps
 
-    def loss(self, model, x, y, Tn, gen):
-        mask = self.real(x)
-        h0 = h = model.embed(x)  # (B, T, D)
+    def loss(self, model, x, y, Tn, gen, mask=None):
+        check_batch(x, y, Tn, gen, mask)
+        mask = self.real(x, mask)
+        h, h0 = start(model, x)  # (B, T, D)
         live = torch.arange(x.shape[0], device=x.device)  # the samples still supervised
         total, ce_sum, bce_sum, n_sup, evals, depth = 0.0, 0.0, 0.0, 0, 0, torch.zeros(x.shape[0], device=x.device)
         for s in range(1, self.T_max // self.m + 1):
@@ -608,6 +697,7 @@ class TRMHalt(HaltingHead):
                       "depth": depth.mean().item()}
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
+        check_policy(Tn, T_test, hidden, mask, learned=True)
         # d(x) = m * min{s : sigmoid(a_s) > 1/2}, T_test if no supervision step halts
         a = self.hazard_logits(pool(hidden[self.m:T_test + 1:self.m], mask))  # (S, B), steps m, 2m, ...
         halt = a > 0

@@ -3,6 +3,23 @@ Post-hoc readouts: when to stop a *trained, frozen* looped model, read off its t
 al. for the signals, D@X and frozen-trajectory gates; Fan et al. for maximum confidence). Nothing here
 changes the model.
 
+To use this with your model (this file imports only torch: copy it alone)
+----------------------------------------------------------------------------
+    trajectory_signals, sweep, max_conf_*, fit_gate   work on tensors alone: logits (K, B, T, V), hidden
+                     (K+1, B, T, D) (index 0 = the state before step 1), scored (B, T) bool (True where y is
+                     scored: fold your answer mask in), correct (K, B) bool, all on one device
+    collect, readout_report   need model(x, K, keep_hidden=True) -> (logits, hidden) as above and a
+                     schedule with policy(Tn, T_test, hidden=, mask=) -> (B,) (any halting.py schedule);
+                     sets {n: (x, y, n, Tn)} with x token ids padded with pad_id (pad_id=None: any input,
+                     every position real), y (B, T) integer with IGNORE (-100) where unscored, Tn (B,) integer
+    early_exit       needs model.embed / step / readout as in halting.py (step's t is 1-based; an optional
+                     init_state(h0) gives the state before step 1, as there); scored and mask (B, T) bool
+    time_inference   as early_exit; its "fixed" rule also needs model.forward_depths (leave it out otherwise)
+
+max_conf_batch and max_conf_sample return (B,) long depths in 1..K on self_ce's device; collect returns
+every tensor on the CPU. A wrong argument raises ValueError naming it, its shape and dtype, and what is
+expected.
+
 A readout turns a trajectory into a per-sample *score* s_t (K, B), higher = readier to stop, and exits
 each sample at the first step whose score crosses a threshold (the last step if none does):
 
@@ -26,8 +43,6 @@ only when every answer position is ready:
 of the *validation* scores and are chosen on validation only; the test split only reports.
 
 Shape legend: K loop steps, B batch, T sequence length, V vocabulary, D model width, N thresholds.
-
-This file imports only torch, so it can be copied alone.
 """
 
 import math
@@ -37,6 +52,30 @@ import torch
 import torch.nn as nn
 
 INF = float("inf")
+IGNORE = -100  # target of an unscored position
+
+
+# --- the contract, checked (as in halting.py; repeated so that this file stands alone) -----------------
+
+def describe(v) -> str:
+    if isinstance(v, torch.Tensor):
+        return f"shape {tuple(v.shape)}, dtype {v.dtype}, device {v.device}"
+    return "None" if v is None else f"a {type(v).__module__}.{type(v).__qualname__}"
+
+
+KINDS = {"integer": lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool,
+         "bool": lambda d: d == torch.bool, "float": lambda d: d.is_floating_point, "any": lambda d: True}
+
+
+def expect(name: str, v, dims: str, sizes: tuple, kind: str = "any", device=None) -> None:
+    """v must be a torch.Tensor of sizes (None: any) named dims ("(K, B)"), dtype kind, on device (None: any)."""
+    ok = (isinstance(v, torch.Tensor) and v.dim() == len(sizes) and KINDS[kind](v.dtype)
+          and all(s is None or s == n for s, n in zip(sizes, v.shape)) and (device is None or v.device == device))
+    if not ok:
+        letters = dims.strip("()").split(", ")
+        known = "(" + ", ".join(l if s is None else str(s) for l, s in zip(letters, sizes)) + ("," if len(sizes) == 1 else "") + ")"
+        raise ValueError(f"{name}: {describe(v)}; expected {dims} = {known} "
+                         f"{'' if kind == 'any' else kind + ' '}tensor" + (f" on {device}" if device is not None else ""))
 
 
 # --- signals: each works on one step (B, T, .) or a whole trajectory (K, B, T, .) -------------------
@@ -119,6 +158,10 @@ def pool(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def trajectory_signals(logits: torch.Tensor, hidden: torch.Tensor, scored: torch.Tensor) -> dict:
     """Every signal at every step of a trajectory. logits (K, B, T, V), hidden (K+1, B, T, D) with
     hidden[0] = H_0, scored (B, T) -> {name: (K, B)} (raw signals, not scores)."""
+    expect("logits", logits, "(K, B, T, V)", (None, None, None, None), "float")
+    K, B, T, _ = logits.shape
+    expect("hidden", hidden, "(K+1, B, T, D)", (K + 1, B, T, None), "float", logits.device)
+    expect("scored", scored, "(B, T)", (B, T), "bool", logits.device)
     out = {}
     for name, (fn, _) in SIGNALS.items():
         first = fn(logits[:1], None, hidden[1:2], hidden[:1], scored)  # (1, B)
@@ -143,6 +186,8 @@ def score(name: str, signal: torch.Tensor) -> torch.Tensor:
 def exit_depths(scores: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
     """d(x) = first t with score_t(x) >= thr, K if none. scores (K, B), thresholds (N,) -> depths (N, B),
     1-based."""
+    expect("scores", scores, "(K, B)", (None, None))
+    expect("thresholds", thresholds, "(N,)", (None,), "any", scores.device)
     hit = scores.unsqueeze(0) >= thresholds.view(-1, 1, 1)  # (N, K, B)
     hit[:, -1] = True  # the last step always exits
     return hit.float().argmax(1) + 1  # argmax returns the first maximum: the first hit
@@ -150,12 +195,17 @@ def exit_depths(scores: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
 
 def accuracy_at(correct: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
     """Exact-match accuracy when each sample exits at its depth. correct (K, B) bool, depth (N, B) -> (N,)."""
+    expect("correct", correct, "(K, B)", (None, None), "bool")
+    expect("depth", depth, "(N, B)", (None, correct.shape[1]), "integer", correct.device)
     return correct.float().gather(0, depth - 1).mean(-1)
 
 
 def report(correct: torch.Tensor, depth: torch.Tensor, groups: torch.Tensor) -> dict:
     """Test accuracy and mean exit depth of one depth per sample, overall and per group (e.g. length n).
     correct (K, B) bool, depth (B,), groups (B,)."""
+    expect("correct", correct, "(K, B)", (None, None), "bool")
+    expect("depth", depth, "(B,)", (correct.shape[1],), "integer", correct.device)
+    expect("groups", groups, "(B,)", (correct.shape[1],), "integer")
     ok = correct.float().gather(0, depth.view(1, -1) - 1)[0]  # (B,)
     gs = sorted(set(groups.tolist()))
     return {"test_acc": ok.mean().item(), "test_depth": depth.float().mean().item(),
@@ -208,8 +258,11 @@ def sweep(val_scores, val_correct, test_scores, test_correct, thresholds, test_g
 def max_conf_batch(self_ce: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     """Per-batch rule (Fan et al.): every sample of a batch exits at the single step with the lowest mean
     self-CE over the batch, K* = argmin_t mean_x self_ce_t(x). A "batch" = the samples sharing a group id
-    (one test length, as Fan et al. evaluate each length as one batch). self_ce (K, B) -> depth (B,)."""
-    depth = torch.empty(self_ce.shape[1], dtype=torch.long)
+    (one test length, as Fan et al. evaluate each length as one batch). self_ce (K, B) -> depth (B,), long,
+    on self_ce's device."""
+    expect("self_ce", self_ce, "(K, B)", (None, None), "float")
+    expect("groups", groups, "(B,)", (self_ce.shape[1],), "integer", self_ce.device)
+    depth = torch.empty(self_ce.shape[1], dtype=torch.long, device=self_ce.device)
     for g in groups.unique():
         sel = groups == g
         depth[sel] = self_ce[:, sel].mean(1).argmin() + 1
@@ -218,6 +271,7 @@ def max_conf_batch(self_ce: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
 
 def max_conf_sample(self_ce: torch.Tensor) -> torch.Tensor:
     """Per-sample variant: each sample exits at its own argmin_t self_ce_t(x). (K, B) -> (B,)."""
+    expect("self_ce", self_ce, "(K, B)", (None, None), "float")
     return self_ce.argmin(0) + 1
 
 
@@ -268,6 +322,8 @@ def fit_gate(kind: str, pooled: torch.Tensor, losses: torch.Tensor, steps: int =
              beta: float = 0.01, lam: float = 0.2, seed: int = 0) -> Gate:
     """Fit a gate on a frozen trajectory: pooled (K, B, D) hidden states and losses (K, B) per-step
     per-sample CE, both precomputed (no gradient reaches the model). Full-batch Adam."""
+    expect("pooled", pooled, "(K, B, D)", (None, None, None), "float")
+    expect("losses", losses, "(K, B)", tuple(pooled.shape[:2]), "float", pooled.device)
     pooled, losses = pooled.detach(), losses.detach()
     gen = torch.Generator().manual_seed(seed)
     gate = Gate(pooled.shape[-1], kind)
@@ -291,6 +347,7 @@ def fit_gate(kind: str, pooled: torch.Tensor, losses: torch.Tensor, steps: int =
 @torch.no_grad()
 def gate_scores(gate: Gate, pooled: torch.Tensor) -> torch.Tensor:
     """Cumulative exit mass sum_{s<=t} q_s: exit at the first t where it reaches alpha. (K, B, D) -> (K, B)"""
+    expect("pooled", pooled, "(K, B, D)", (None, None, gate.mu.shape[0]), "float")
     return exit_distribution(gate(pooled)).cumsum(0)
 
 
@@ -341,11 +398,16 @@ def early_exit(model, x: torch.Tensor, scored: torch.Tensor, mask: torch.Tensor,
     still-active rows. `model` has embed/step/readout. threshold in score units (as in the sweep).
     Returns the predicted answer (B, T) and the exit depth (B,). Samples do not interact (attention is
     within a sequence), so each one's result equals the full trajectory read at its exit step."""
-    B = x.shape[0]
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        raise ValueError(f"x: {describe(x)}; expected a tensor (B, T, ...) that the model's embed accepts")
+    B, T = x.shape[:2]
+    expect("scored", scored, "(B, T)", (B, T), "bool", x.device)
+    expect("mask", mask, "(B, T)", (B, T), "bool", x.device)
     rows = torch.arange(B, device=x.device)  # original index of each active row
-    pred_out = torch.empty(x.shape, dtype=torch.long, device=x.device)
+    pred_out = torch.empty((B, T), dtype=torch.long, device=x.device)
     depth_out = torch.empty(B, dtype=torch.long, device=x.device)
-    h0 = prev_h = model.embed(x)  # (B, T, D)
+    h0 = model.embed(x)  # (B, T, D), injected into every step
+    prev_h = model.init_state(h0) if hasattr(model, "init_state") else h0  # the state before step 1
     prev_logits = prev_pred = None
     run = torch.zeros(B, dtype=torch.long, device=x.device)
     cum = torch.zeros(B, device=x.device)  # gate: exit mass so far
@@ -418,7 +480,14 @@ def format_timing(rows: list) -> str:
 # disjoint draws of the test grid. Thresholds, alphas and D@X are chosen on val, gates trained on fit,
 # everything reported on test.
 
-IGNORE = -100  # target of an unscored position
+def real_tokens(x: torch.Tensor, pad_id) -> torch.Tensor:
+    """(B, T) bool, True at real tokens: x != pad_id for token ids; every position when pad_id is None."""
+    if pad_id is None:
+        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+    if x.dim() != 2 or x.dtype.is_floating_point:
+        raise ValueError(f"x: {describe(x)}; pad_id={pad_id} finds padding by token id, which needs x (B, T) "
+                         f"token ids: pass pad_id=None for any other input (every position real)")
+    return x != pad_id
 
 
 @torch.no_grad()
@@ -432,8 +501,16 @@ def collect(model, schedule, sets: dict, T_test: int, pad_id: int, device: str =
         x, y, ns, Tn = sets[n]
         for i in range(0, len(x), batch_size):
             xb, yb, tb = (t[i:i + batch_size].to(device) for t in (x, y, Tn))
-            logits, hidden = model(xb, T_test, keep_hidden=True)  # (K, B, T, V), (K+1, B, T, D)
-            mask, scored = xb != pad_id, yb != IGNORE
+            B, T = xb.shape[:2]
+            expect(f"sets[{n}] y", yb, "(B, T)", (B, T), "integer")
+            expect(f"sets[{n}] Tn", tb, "(B,)", (B,), "integer")
+            out = model(xb, T_test, keep_hidden=True)
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise ValueError(f"model(x, {T_test}, keep_hidden=True) returned {describe(out)}; expected "
+                                 f"(logits (K, B, T, V), hidden (K+1, B, T, D))")
+            logits, hidden = out  # (K, B, T, V), (K+1, B, T, D)
+            mask = real_tokens(xb, pad_id)
+            scored = yb != IGNORE
             ce = nn.functional.cross_entropy(logits.flatten(0, 2), yb.expand(logits.shape[:-1]).flatten(),
                                              ignore_index=IGNORE, reduction="none").view(logits.shape[:-1])
             part = {"signals": trajectory_signals(logits, hidden, scored),
@@ -493,7 +570,7 @@ def time_exits(model, rep: dict, fitted: dict, test_sets: dict, T_test: int, pad
     for x, y, _, _ in test_sets.values():
         for i in range(0, len(x), batch_size):
             xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
-            batches.append((xb, yb, yb != IGNORE, xb != pad_id))
+            batches.append((xb, yb, yb != IGNORE, real_tokens(xb, pad_id)))
     R = rep["readouts"]
     rules = [("fixed", T_test, None), ("fixed", int(R["fixed"]["chosen"]["threshold"]), None)]
     gates = {k: g.to(device) for k, g in fitted.items()}

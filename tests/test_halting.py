@@ -245,7 +245,7 @@ def test_ponder_loss_and_policies():
     x, y, _, Tn = batch(6, seed=14)
     model = tiny_model()
     s = make_schedule("ponder", T_max=8, d_model=16, pad_id=PAD, beta=0.3, lambda_p=0.25).double()
-    loss, stats = s.loss(model, x, y, Tn, None)
+    loss, stats = s.loss(model, x, y, Tn, torch.Generator())
     logits, hidden = model(x, 8, keep_hidden=True)
     q = stop_distribution(torch.sigmoid(s.head(halting.pool(hidden[1:8], x != PAD)).squeeze(-1).T))  # (B, 8)
     p = truncated_geometric(0.25, 8).double()
@@ -275,7 +275,7 @@ def test_multidepth_is_the_mean_of_single_depth_losses():
     Tn = torch.tensor([1, 2, 9, 17, 19])
     model = tiny_model()
     s = make_schedule("multidepth", w=5, T_max=20)
-    loss, stats = s.loss(model, x, y, Tn, None)
+    loss, stats = s.loss(model, x, y, Tn, torch.Generator())
     windows = [range(1, 7), range(1, 8), range(4, 15), range(12, 21), range(14, 21)]  # clipped, each depth once
     want = []
     for i, S in enumerate(windows):  # each sample alone: l_k for k in its window, averaged
@@ -292,7 +292,7 @@ def test_fixed_prior_weights(prior):
     x, y, _, Tn = batch(6, seed=16)
     model = tiny_model()
     s = make_schedule("fixed_prior", T_max=6, prior=prior, lambda_p=0.3).double()
-    loss, stats = s.loss(model, x, y, Tn, None)
+    loss, stats = s.loss(model, x, y, Tn, torch.Generator())
     l = per_sample_ce(model(x, 6), y).mean(1)  # (6,) mean loss of every depth
     pi = torch.full((6,), 1 / 6) if prior == "uniform" else 0.3 * 0.7 ** torch.arange(6.0) / (1 - 0.7 ** 6)
     assert loss.item() == pytest.approx((pi.double() * l).sum().item(), rel=1e-6)
@@ -315,7 +315,7 @@ def test_act_loss_is_mean_field_ce_plus_ponder_cost():
     x, y, _, Tn = batch(6, seed=17)
     model = tiny_model()
     s = make_schedule("act", T_max=6, d_model=16, pad_id=PAD, tau_act=0.1).double()
-    loss, stats = s.loss(model, x, y, Tn, None)
+    loss, stats = s.loss(model, x, y, Tn, torch.Generator())
     logits, hidden = model(x, 6, keep_hidden=True)
     N, R, p = act_weights(torch.sigmoid(s.trajectory_logits(hidden, x != PAD, 6)), 0.01)
     mixed = sum(p[:, k, None, None] * logits[k] for k in range(6))
@@ -458,7 +458,7 @@ def test_trm_halt_loss_matches_a_per_sample_reference(m):
     with torch.no_grad():  # some samples halt early, others run to T_max
         s.head.bias.fill_(0.0)
         s.head.weight.normal_(0, 3.0, generator=torch.Generator().manual_seed(25))
-    loss, stats = s.loss(model, x, y, Tn, None)
+    loss, stats = s.loss(model, x, y, Tn, torch.Generator())
     assert loss.item() == pytest.approx(trm_reference(s, model, x, y, m).item(), rel=1e-9)
     assert 1 <= stats["depth"] <= 9 and stats["block_evals"] <= 9
     loss.backward()
