@@ -290,7 +290,7 @@ class LognormalPoisson(Schedule):
     def __init__(self, *, r_bar: int = 10, sigma: float = 0.5, r_per: str = "batch", **base):
         super().__init__(**base)
         check(r_bar >= 1, f"r_bar={r_bar}: the mean depth must be >= 1")
-        check(sigma >= 0, f"sigma={sigma}: must be >= 0")
+        check(math.isfinite(sigma) and sigma >= 0, f"sigma={sigma}: must be a finite number >= 0")
         check(r_per in ("batch", "sample"), f"r_per={r_per!r}: choose from batch, sample")
         self.r_bar, self.sigma, self.r_per = r_bar, sigma, r_per
 
@@ -349,6 +349,7 @@ class FixedPrior(Schedule):
     def __init__(self, *, prior: str = "geometric", lambda_p: float = 0.2, T_max: int = 20):
         super().__init__(T_max=T_max)
         check(prior in ("uniform", "geometric"), f"prior={prior!r}: choose from uniform, geometric")
+        check(0 < lambda_p < 1, f"lambda_p={lambda_p}: must be in (0, 1)")
         # pi_t = 1 / T_max (uniform), or lambda_p (1 - lambda_p)^(t-1) / Z (truncated geometric)
         pi = torch.full((T_max,), 1 / T_max) if prior == "uniform" else truncated_geometric(lambda_p, T_max)
         self.register_buffer("pi", pi, persistent=False)  # (T_max,)
@@ -475,7 +476,7 @@ class RLHalting(HaltingHead):
 
     def __init__(self, *, lambda_ent: float = 0.001, **base):
         super().__init__(**base)
-        check(lambda_ent >= 0, f"lambda_ent={lambda_ent}: must be >= 0")
+        check(math.isfinite(lambda_ent) and lambda_ent >= 0, f"lambda_ent={lambda_ent}: must be a finite number >= 0")
         self.lambda_ent = lambda_ent
         self.register_buffer("baseline", torch.zeros(()))  # b, checkpointed with the schedule
 
@@ -565,7 +566,8 @@ class PonderNet(HaltingHead):
     def __init__(self, *, beta: float = 0.01, lambda_p: float = 0.2, alpha: float = 0.5, ponder_rule: str = "alpha",
                  **base):
         super().__init__(**base)
-        check(beta >= 0, f"beta={beta}: must be >= 0")
+        check(math.isfinite(beta) and beta >= 0, f"beta={beta}: must be a finite number >= 0")
+        check(0 < lambda_p < 1, f"lambda_p={lambda_p}: must be in (0, 1)")
         check(0 < alpha <= 1, f"alpha={alpha}: must be in (0, 1]")
         check(ponder_rule in ("alpha", "argmax"), f"ponder_rule={ponder_rule!r}: choose from alpha, argmax")
         self.beta, self.alpha, self.rule = beta, alpha, ponder_rule
@@ -623,7 +625,7 @@ class ACT(HaltingHead):
 
     def __init__(self, *, tau_act: float = 0.01, act_eps: float = 0.01, **base):
         super().__init__(**base)
-        check(tau_act >= 0, f"tau_act={tau_act}: must be >= 0")
+        check(math.isfinite(tau_act) and tau_act >= 0, f"tau_act={tau_act}: must be a finite number >= 0")
         check(0 < act_eps < 1, f"act_eps={act_eps}: must be in (0, 1)")
         self.tau_act, self.eps = tau_act, act_eps
 
