@@ -262,7 +262,7 @@ def max_conf_batch(self_ce: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     on self_ce's device."""
     expect("self_ce", self_ce, "(K, B)", (None, None), "float")
     expect("groups", groups, "(B,)", (self_ce.shape[1],), "integer", self_ce.device)
-    depth = torch.empty(self_ce.shape[1], dtype=torch.long, device=self_ce.device)
+    depth = torch.empty_like(self_ce[0], dtype=torch.long)  # (B,), on self_ce's device
     for g in groups.unique():
         sel = groups == g
         depth[sel] = self_ce[:, sel].mean(1).argmin() + 1
