@@ -78,15 +78,30 @@ def run(main, prog: str, argv=None) -> int:
     try:
         main(argv)
     except ValueError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank checks the same input: one line
+            print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except (FloatingPointError, OSError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:
-        print(f"{prog}: {err or 'interrupted'}", file=sys.stderr)
+        with sigint_ignored():  # a second Ctrl-C while the first is reported
+            print(f"{prog}: {str(err) or 'interrupted'}", file=sys.stderr)
         return 130
     return 0
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """Ignore Ctrl-C inside the block (in the main thread; elsewhere signals cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@ The run directory of train.py: every check made before a file is touched, and wh
     plan(cfg, dir)         what to do with a run directory: train fresh, resume from ckpt.pt, skip a
                            finished run, or restart one killed before its first checkpoint. Refuses to
                            replace a run (unless --overwrite) or to resume one with other settings.
-    Lock(dir)              an exclusive lock: a second process on the same run directory stops (exit 2)
+    Lock(dir)              an exclusive OS lock (fcntl.flock): a second process on the same run directory
+                           stops (exit 2); the lock dies with its process, however it dies
     environment()          versions, hardware and git commit, recorded in config.json and eval.json
     log_lines(path, step)  metrics.jsonl up to a checkpoint's step; a torn last line is dropped
 
@@ -13,11 +14,13 @@ A user error raises ValueError with one line (cli.run turns it into exit code 2)
 """
 
 import dataclasses
+import fcntl
 import json
 import math
 import os
 import platform
 import re
+import socket
 import subprocess
 
 import torch
@@ -26,6 +29,9 @@ import ntp
 from tasks import get_task, task_kwargs
 
 RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
+OWN_FILES = RUN_FILES + ("summary.json",)  # every file the project writes into a run or sweep folder
+# the temp file of an interrupted atomic write of one of them (cli.atomic_write: NAME.tmpPID)
+OWN_TEMP = re.compile(r"^(" + "|".join(re.escape(f) for f in OWN_FILES) + r")\.tmp(\d+)$")
 # settings that may differ when a run is resumed: they change how it is computed (device, threads, bf16
 # autocast on CUDA, compile: the rounding, as a reduction order does), or nothing, but not what is trained
 HARMLESS = {"threads", "device", "amp", "compile", "eval_batch_size", "log_interval", "eval_interval",
@@ -118,10 +124,10 @@ def validate(cfg) -> None:
         device == "mps" and torch.backends.mps.is_available())
     if not ok:
         raise ValueError(f"--device {cfg.device}: not available here; use auto or cpu" + (", cuda" if torch.cuda.is_available() else ""))
-    check_memory(cfg, task, max(ns + [cfg.n_max]), device)
+    check_memory(cfg, task, max(ns + [cfg.n_max]), device, len(ns))
 
 
-def check_memory(cfg, task, n_longest: int, device: str) -> None:
+def check_memory(cfg, task, n_longest: int, device: str, n_lengths: int = 1) -> None:
     """Refuse settings whose step cannot fit in memory, before training. A rough upper estimate, 4 bytes a
     float: training keeps ~20 D-sized activations and the attention scores per token, layer and step;
     evaluation keeps the trajectory's hidden states and logits."""
@@ -139,6 +145,14 @@ def check_memory(cfg, task, n_longest: int, device: str) -> None:
         raise ValueError(f"--batch_size {cfg.batch_size} --eval_batch_size {cfg.eval_batch_size} --T_test {cfg.T_test} "
                          f"(sequences up to {S} tokens): a step needs about {need / 2**30:.3g} GiB, more than this "
                          f"machine's {have / 2**30:.3g} GiB allow")
+    # the final evaluation holds the test and validation sets, ~100 bytes a token as tensors and the Python
+    # lists of the shortcut predictors (host memory whatever the device)
+    sets = 2 * n_lengths * cfg.eval_samples * S * 100
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if sets > 0.8 * host:
+        raise ValueError(f"--eval_samples {cfg.eval_samples}: the evaluation sets ({n_lengths} lengths x 2 splits, "
+                         f"up to {S} tokens a sample) need about {sets / 2**30:.3g} GiB, more than this machine's "
+                         f"{host / 2**30:.3g} GiB allow")
 
 
 # --- the state of a run directory ---------------------------------------------------------------------
@@ -177,11 +191,68 @@ def load_checkpoint(path: str, cfg) -> dict:
     diff = differences(ck["config"], cfg)
     if diff:
         raise ValueError(f"--resume: {path} belongs to another run: " + ", ".join(diff))
+    if bad := non_finite(ck):
+        raise ValueError(f"--resume: {path} holds non-finite values ({bad}): nothing good to continue from; "
+                         f"start again with --overwrite")
     return ck
+
+
+def check_out_dir(d: str) -> None:
+    """d, or the nearest of its parents that exists, must be a writable directory (not a file, not a dangling link)."""
+    p = d
+    while not os.path.lexists(p) and os.path.dirname(p) not in ("", p):
+        p = os.path.dirname(p)
+    if os.path.islink(p) and not os.path.exists(p):
+        raise ValueError(f"--out_dir {d}: cannot write there ({p} is a symlink to a missing path, {os.readlink(p)})")
+    if os.path.lexists(p) and not os.path.isdir(p):
+        raise ValueError(f"--out_dir {d}: cannot write there ({p} is a file, not a directory)")
+    if os.path.lexists(p) and not os.access(p, os.W_OK):
+        raise ValueError(f"--out_dir {d}: cannot write there ({p} is not writable)")
+
+
+def check_folder(cfg, out_dir: str, ours: set) -> None:
+    """A folder holds one run, or the seeds of one experiment: refuse what would mix them. A sweep refuses a
+    run at its top (eval.json beside seed*/), a seed folder of another experiment, and under --overwrite any run
+    it would not replace (left beside the new seeds); a single run refuses a folder that holds runs below it."""
+    if not os.path.isdir(out_dir):
+        return
+    if cfg.seeds > 1 and any(os.path.exists(os.path.join(out_dir, f)) for f in ("config.json", "eval.json")):
+        raise ValueError(f"--out_dir {out_dir} holds a single run (config.json / eval.json): a sweep's seeds would "
+                         f"sit below it and count twice; choose another --out_dir")
+    for name in sorted(os.listdir(out_dir)):
+        sub = os.path.join(out_dir, name)
+        held = [f for f in ("config.json", "eval.json") if os.path.isfile(os.path.join(sub, f))]
+        if sub in ours or not held:
+            continue
+        if cfg.seeds == 1:
+            raise ValueError(f"--out_dir {out_dir} holds runs below it ({sub}): a single run there would count "
+                             f"them twice; choose another --out_dir")
+        if cfg.overwrite:
+            raise ValueError(f"--out_dir {out_dir}: --overwrite would leave {sub} (a run this sweep does not "
+                             f"replace) beside the new seeds; remove it or choose another --out_dir")
+        saved = read_json(os.path.join(sub, held[0]))
+        saved = saved.get("config", saved) if isinstance(saved, dict) else {}
+        diff = [x for x in differences(saved, cfg) if not x.startswith("seed=")]
+        if diff:
+            raise ValueError(f"--out_dir {out_dir} holds {sub}, a run of another experiment ({', '.join(diff)}): a "
+                             f"sweep folder holds one experiment; choose another --out_dir")
+
+
+def non_finite(ck: dict):
+    """The first non-finite tensor of a checkpoint's model, schedule or optimizer state, by name; None if all finite."""
+    parts = {"model": ck.get("model", {}), "schedule": ck.get("schedule", {}),
+             "optimizer": {f"state {i} {k}": v for i, st in ck.get("optimizer", {}).get("state", {}).items()
+                           for k, v in st.items()}}
+    for part, tensors in parts.items():
+        for k, v in tensors.items():
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and not torch.isfinite(v).all():
+                return f"{part} {k}"
+    return None
 
 
 def plan(cfg, d: str, single: bool = True):
     """(action, checkpoint) for run directory d: ("fresh" | "overwrite" | "resume" | "restart" | "skip", ckpt or None)."""
+    check_out_dir(d)
     paths = {f: os.path.join(d, f) for f in RUN_FILES}
     for p in paths.values():
         if os.path.lexists(p) and not os.path.isfile(p):
@@ -208,6 +279,19 @@ def plan(cfg, d: str, single: bool = True):
     if single:
         raise ValueError(f"--resume: no checkpoint at {paths['ckpt.pt']} (nothing to resume)")
     return "fresh", None
+
+
+SEGMENT = ("threads", "device", "amp", "compile")  # the settings a resume may change, kept per segment
+
+
+def segments(cfg_path: str) -> list:
+    """The segments [{step, threads, device, amp, compile, env}] recorded in a run's config.json (a run from
+    before segments were recorded: one, from its env)."""
+    saved = read_json(cfg_path) if os.path.isfile(cfg_path) else {}
+    saved = saved if isinstance(saved, dict) else {}
+    if isinstance(saved.get("segments"), list):
+        return saved["segments"]
+    return [{"step": 0, **{k: saved.get(k) for k in SEGMENT}, "env": saved.get("env")}] if saved else []
 
 
 def log_lines(path: str, step: int) -> list[str]:
@@ -238,43 +322,64 @@ def last_good(ckpt_path: str) -> str:
     """Where a failed run can be continued from, in words."""
     if not os.path.isfile(ckpt_path):
         return "no checkpoint was written yet"
-    step = torch.load(ckpt_path, map_location="cpu", weights_only=True)["step"]
-    return f"last good checkpoint: step {step} at {ckpt_path}"
+    ck = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    if bad := non_finite(ck):
+        return f"the checkpoint at step {ck['step']} ({ckpt_path}) holds non-finite values ({bad}): none is good"
+    return f"last good checkpoint: step {ck['step']} at {ckpt_path}"
 
 
 class Lock:
-    """An exclusive lock on a run directory (created if needed): the file .lock holds the owner's pid. A lock
-    whose process is gone is stale and taken over. On entry, temp files of killed writers are removed."""
+    """An exclusive lock on a run directory (created if needed): an OS lock (fcntl.flock) on the file .lock, which
+    names its holder (pid and host). The OS releases the lock when its process ends, however it ends (SIGKILL
+    too), so the .lock of a dead process is simply locked again: no check-then-act. The lock is on the file
+    that .lock names when it is taken (a holder that removed it meanwhile means: open it again), and a holder
+    removes only its own. On entry, temp files of the project's killed writers (NAME.tmpPID) are removed."""
 
     def __init__(self, d: str):
-        self.d, self.path = d, os.path.join(d, ".lock")
+        self.d, self.path, self.fd = d, os.path.join(d, ".lock"), None
 
     def __enter__(self):
         try:
             os.makedirs(self.d, exist_ok=True)
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                pid = int(open(self.path).read().strip() or 0)
-            except (OSError, ValueError):
-                pid = 0
-            if pid and pid != os.getpid() and alive(pid):
-                raise ValueError(f"--out_dir {self.d} is in use by process {pid} (lock {self.path}); "
-                                 f"wait for it, or remove the lock if that process is not train.py") from None
-            os.remove(self.path)  # stale: its process is gone
-            return self.__enter__()
+            while self.fd is None:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+                    os.close(fd)
+                    raise ValueError(f"--out_dir {self.d} is in use by {holder} (lock {self.path}); wait for it "
+                                     f"to finish") from None
+                if same_file(self.path, fd):
+                    self.fd = fd
+                else:  # its last holder removed .lock between our open and our lock: lock the new one
+                    os.close(fd)
+            os.ftruncate(self.fd, 0)
+            os.write(self.fd, f"process {os.getpid()} on {socket.gethostname()}".encode())
         except OSError as err:
             raise ValueError(f"--out_dir {self.d!r}: cannot write there ({err.strerror})") from None
-        with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
-        for f in os.listdir(self.d):  # temp files of writers killed mid-write
-            if re.search(r"\.tmp\d+$", f):
+        for f in os.listdir(self.d):  # temp files of the project's writers killed mid-write
+            m = OWN_TEMP.match(f)
+            if m and not (int(m.group(2)) != os.getpid() and alive(int(m.group(2)))):
                 os.remove(os.path.join(self.d, f))
         return self
 
     def __exit__(self, *exc):
-        if os.path.exists(self.path):
-            os.remove(self.path)
+        try:
+            if same_file(self.path, self.fd):  # still ours: remove it while holding the lock
+                os.remove(self.path)
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+
+def same_file(path: str, fd: int) -> bool:
+    """Whether path names the file open as fd."""
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def alive(pid: int) -> bool:

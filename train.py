@@ -27,7 +27,7 @@ from tqdm import tqdm
 import evaluate
 import rundir
 import tables
-from cli import atomic_write, parse, run, write_json
+from cli import atomic_write, parse, run, sigint_ignored, write_json
 from config import PAPER, RECIPES, Config, build, recipes_text, seeds_of, stream, trained_depth
 from tasks import curriculum_n_max, eval_set, train_batch
 
@@ -93,7 +93,11 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
             raise ValueError(f"--resume: {run_dir}/ckpt.pt does not fit this run ({msg})") from None
         step, elapsed, acc_stats = start["step"], start["elapsed"], start["acc_stats"]
     ckpt_path, log_path = os.path.join(run_dir, "ckpt.pt"), os.path.join(run_dir, "metrics.jsonl")
-    write_json(os.path.join(run_dir, "config.json"), {**dataclasses.asdict(cfg), "env": rundir.environment()})
+    env, cfg_path = rundir.environment(), os.path.join(run_dir, "config.json")
+    # every segment of a resumed run keeps its (step, machine settings, env): a resume may change them
+    segments = rundir.segments(cfg_path) if start else []
+    segments.append({"step": step, **{k: getattr(cfg, k) for k in rundir.SEGMENT}, "env": env})
+    write_json(cfg_path, {**dataclasses.asdict(cfg), "env": env, "segments": segments})
     kept = rundir.log_lines(log_path, step)  # metrics.jsonl holds exactly the lines up to the checkpoint's step
     atomic_write(log_path, lambda f: f.write("".join(kept).encode()))
     T_eval = cfg.T_test if cfg.looped else min(cfg.T_test, trained_depth(cfg))
@@ -103,11 +107,11 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
         return torch.compiler.set_stance("force_eager") if cfg.compile else contextlib.nullcontext()
 
     def save(step):
-        if not all(torch.isfinite(p).all() for p in model.parameters()):
-            raise FloatingPointError(f"non-finite weights at step {step}; " + rundir.last_good(ckpt_path))
         ck = {"model": model.state_dict(), "schedule": schedule.state_dict(), "optimizer": optimizer.state_dict(),
               "step": step, "elapsed": elapsed, "acc_stats": acc_stats, "config": dataclasses.asdict(cfg),
               "rng": {**{k: g.get_state() for k, g in gens.items()}, "torch": torch.get_rng_state()}}
+        if bad := rundir.non_finite(ck):
+            raise FloatingPointError(f"non-finite weights at step {step} ({bad}); " + rundir.last_good(ckpt_path))
         atomic_write(ckpt_path, lambda f: torch.save(ck, f))
 
     model.train()
@@ -151,9 +155,10 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
                 save(done)
                 step = done
                 t0 += time.time() - t_save  # checkpoint writes are not training time
-    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run)
-        raise KeyboardInterrupt(f"interrupted after step {done}; {rundir.last_good(ckpt_path)}; "
-                                f"continue with --resume") from None
+    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run); a second one does not cut the message
+        with sigint_ignored():
+            msg = f"interrupted after step {done}; {rundir.last_good(ckpt_path)}; continue with --resume"
+        raise KeyboardInterrupt(msg) from None
     bar.close()
     t_eval = time.time()
     lengths = rundir.lengths(cfg)
@@ -163,9 +168,23 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
                               cfg.eval_batch_size, device)
     e = {"task": cfg.task, "schedule": cfg.schedule, "seed": cfg.seed, "n_max": cfg.n_max, **e,
          "train_time_s": elapsed, "eval_time_s": time.time() - t_eval, "steps": cfg.max_iters,
-         "config": dataclasses.asdict(cfg), "env": rundir.environment()}
+         "diverged": diverged(log_path, len(task.vocab)), "config": dataclasses.asdict(cfg), "env": env,
+         "segments": segments}
+    if e["diverged"]:
+        print(f"train.py: warning: {run_dir}: the loss diverged ({e['diverged']}): the run finished but learned "
+              f"nothing; try a smaller --lr", file=sys.stderr)
     write_json(os.path.join(run_dir, "eval.json"), e)
     return e
+
+
+def diverged(log_path: str, V: int):
+    """A final training loss above 2 ln V, twice that of guessing uniformly (where training starts), means the
+    run diverged: the last and the first logged loss, in words; None otherwise."""
+    lines = [json.loads(line) for line in open(log_path)] if os.path.isfile(log_path) else []
+    losses = [(r["step"], r["loss"]) for r in lines if isinstance(r.get("loss"), (int, float))]
+    if not losses or not losses[-1][1] > 2 * math.log(V):
+        return None
+    return f"loss {losses[0][1]:.3g} at step {losses[0][0]}, {losses[-1][1]:.3g} at step {losses[-1][0]}"
 
 
 # --- seeds: one process, or split over torchrun's ranks -----------------------------------------------
@@ -191,11 +210,16 @@ def main(argv=None) -> None:
     rank, world, device = init_distributed(rundir.pick_device(cfg.device))
     out_dir = cfg.out_dir or os.path.join("out", f"{cfg.task}-{cfg.schedule}")
     runs = [(k, out_dir if cfg.seeds == 1 else os.path.join(out_dir, f"seed{k}")) for k in range(cfg.seed, cfg.seed + cfg.seeds)]
-    plans = {d: rundir.plan(dataclasses.replace(cfg, seed=k, out_dir=d), d, single=cfg.seeds == 1) for k, d in runs}
+    rundir.check_out_dir(out_dir)
+    rundir.check_folder(cfg, out_dir, {d for _, d in runs})
+    for k, d in runs:  # every seed's plan is checked before anything is written
+        rundir.plan(dataclasses.replace(cfg, seed=k, out_dir=d), d, single=cfg.seeds == 1)
     evals = []
     for k, d in runs[rank::world]:  # rank r trains seeds r, r+P, ...
-        run_cfg, (action, start) = dataclasses.replace(cfg, seed=k, out_dir=d), plans[d]
+        run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
         with rundir.Lock(d):
+            # planned again under the lock: another process may have filled d since the check above
+            action, start = rundir.plan(run_cfg, d, single=cfg.seeds == 1)
             if action == "overwrite":  # --overwrite: the old run's files go before the new run writes any
                 for f in rundir.RUN_FILES:
                     if os.path.exists(os.path.join(d, f)):
