@@ -43,6 +43,7 @@ import torch
 
 import plots
 import readouts
+import rundir
 import tables
 from cli import atomic_write, fmt, opt, parse, run, write_json
 from config import Config, build
@@ -257,20 +258,32 @@ def format_run(e: dict) -> str:
 
 def find_runs(paths: list[str]) -> list[str]:
     """Every directory at or below the given paths that holds an eval.json, each once (a folder given
-    twice, or a folder and its subfolder, count once)."""
-    runs = []
+    twice, a folder and its subfolder, or a symlink to a folder already seen, count once). Symlinked
+    folders are followed (a seed linked into a sweep is one of its seeds)."""
+    runs, seen = [], set()
     for p in paths:
         if not os.path.isdir(p):
             raise ValueError(f"not a directory: {p!r}")
-        for root, dirs, files in os.walk(p):
+        for root, dirs, files in os.walk(p, followlinks=True):
+            real = os.path.realpath(root)
+            if real in seen:  # reached twice (a link, or a folder given twice): pruned, counted once
+                dirs.clear()
+                continue
+            seen.add(real)
             dirs.sort()
-            if "eval.json" in files and os.path.realpath(root) not in map(os.path.realpath, runs):
+            if "eval.json" in files:
                 runs.append(root)
     return runs
 
 
 REQUIRED = {"task": str, "schedule": str, "seed": int, "n_max": int, "lengths": list, "acc": list,
-            "metrics": dict, "config": dict}
+            "metrics": dict, "config": dict, "K": list}
+# every metric that format_run, tables.py and plots.py read (hard: when the task has a hard subset)
+METRICS = {"oracle", "oracle_ood", "oracle_id", "policy", "policy_ood", "policy_id", "val_k_ood", "val_k_acc", "id_k",
+           "id_k_ood", "gap", "tn_ood", "per_sample_oracle_ood", "front90", "flip_curve", "flip_rate",
+           "policy_depth_ood", "stable_interval", "shortcuts", "shortcut_ood", "shortcut_ood_name"}
+HARD_METRICS = {"oracle_hard_ood", "val_k_hard_ood", "policy_hard_ood", "hard_frac"}
+PER_LENGTH = ("oracle", "policy", "val_k_acc", "stable_interval")
 
 
 def load_eval(run_dir: str) -> dict:
@@ -287,17 +300,24 @@ def load_eval(run_dir: str) -> dict:
         if len(e["acc"]) != len(e["lengths"]) or not all(
                 isinstance(row, list) and row and all(isinstance(a, (int, float)) for a in row) for row in e["acc"]):
             raise ValueError("'acc' must hold one list of numbers per test length")
-        missing = {"oracle_ood", "policy_ood", "val_k_ood", "front90", "gap", "oracle"} - set(e["metrics"])
+        m = e["metrics"]
+        missing = METRICS - set(m) | (HARD_METRICS - set(m) if "oracle_hard_ood" in m else set())
         if missing:
             raise ValueError(f"metrics lack {', '.join(sorted(missing))}")
+        short = [k for k in PER_LENGTH if not (isinstance(m[k], list) and len(m[k]) == len(e["lengths"]))]
+        if short:
+            raise ValueError(f"metrics {', '.join(short)} must hold one value per test length")
+        if not isinstance(m["shortcuts"], dict) or not all(isinstance(v, dict) and "ood" in v for v in m["shortcuts"].values()):
+            raise ValueError("metrics 'shortcuts' must map each predictor to its {'id', 'ood'} accuracy")
     except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError
         raise ValueError(f"malformed eval.json at {path}: {err}") from None
     e["run_dir"] = run_dir
     return e
 
 
-def load_run(run_dir: str):
-    """(cfg, task, model, schedule) of a train.py run with its ckpt.pt weights, in eval mode."""
+def load_run(run_dir: str, saved: dict = None):
+    """(cfg, task, model, schedule) of a train.py run with its ckpt.pt weights, in eval mode; saved: the config
+    of the run's eval.json, which the checkpoint's must match."""
     path = os.path.join(run_dir, "ckpt.pt")
     if not os.path.isfile(path):
         raise ValueError(f"no checkpoint at {path}: readouts need a trained run (train.py --out_dir {run_dir})")
@@ -310,6 +330,13 @@ def load_run(run_dir: str):
     except Exception as err:
         msg = str(err).strip().splitlines()[0][:120] if str(err).strip() else ""
         raise ValueError(f"{path} is not a usable train.py checkpoint ({type(err).__name__}: {msg})") from None
+    if bad := rundir.non_finite(ck):
+        raise ValueError(f"{path} holds non-finite values ({bad}): nothing to read out")
+    if saved is not None and (diff := rundir.differences(saved, Config(**cfg))):
+        raise ValueError(f"{path} belongs to another run than {run_dir}/eval.json (eval.json has "
+                         f"{', '.join(diff).replace('(now', '(ckpt.pt')})")
+    if ck.get("step") != cfg["max_iters"]:
+        raise ValueError(f"{path} is at step {ck.get('step')} of {cfg['max_iters']}: not the weights eval.json measured")
     return cfg, task, model.eval(), schedule.eval()
 
 
@@ -344,9 +371,18 @@ def parse_args(argv=None) -> Args:
         raise ValueError(f"--samples {args.samples} --tol {args.tol}: need samples >= 0 and a finite tol >= 0")
     if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
         raise ValueError(f"--device {args.device}: not available here; use cpu" + (", cuda" if torch.cuda.is_available() else ""))
-    for path in [args.out and os.path.dirname(os.path.abspath(args.out)), args.plot and os.path.abspath(args.plot)]:
-        if path and not (os.path.isdir(path) and os.access(path, os.W_OK)):
-            raise ValueError(f"output folder {path!r}: does not exist or is not writable")
+    if args.out and not (os.path.isdir(os.path.dirname(os.path.abspath(args.out))) and
+                         os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK)):
+        raise ValueError(f"--out {args.out!r}: its folder does not exist or is not writable")
+    for target in (args.out and [f"{args.out}.md", f"{args.out}.json"]) or []:
+        if os.path.basename(target) in rundir.OWN_FILES:
+            raise ValueError(f"--out {args.out!r}: would write {target}, the name of a run's own file; choose another prefix")
+    if args.plot:  # created if missing (when the plots are drawn): its nearest existing parent must be writable
+        p = os.path.abspath(args.plot)
+        while not os.path.lexists(p):
+            p = os.path.dirname(p)
+        if not (os.path.isdir(p) and os.access(p, os.W_OK)):
+            raise ValueError(f"--plot {args.plot!r}: {p} is not a writable folder")
     return args
 
 
@@ -362,7 +398,7 @@ def main(argv=None) -> None:
         if args.readouts or gates or args.time:
             if not os.access(e["run_dir"], os.W_OK):
                 raise ValueError(f"{e['run_dir']}: not writable (readouts.json goes there)")
-            cfg, task, model, schedule = load_run(e["run_dir"])
+            cfg, task, model, schedule = load_run(e["run_dir"], e["config"])
             if hasattr(schedule, "score_set"):
                 raise ValueError(f"{e['run_dir']}: readouts stop a looped trajectory of one-shot predictions; "
                                  f"{cfg['schedule']} (ntp.py) generates its answer at one fixed depth")
@@ -391,6 +427,7 @@ def main(argv=None) -> None:
         write_json(f"{args.out}.json", {"rows": rows})
     if args.plot:
         try:
+            os.makedirs(args.plot, exist_ok=True)
             for path in plots.plot_all(groups, reps, args.plot):
                 print(f"plot: {path}")
         except ImportError as err:

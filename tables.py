@@ -52,8 +52,8 @@ def value(v) -> str:
 
 
 def group_runs(evals: list) -> dict:
-    """{(task, label): [eval dicts]}: the seeds of each row. Refuses a row whose runs were evaluated on
-    different test grids."""
+    """{(task, label): [eval dicts]}: the seeds of each row. Refuses a row that holds one seed twice, or whose
+    runs were evaluated on different test grids."""
     by_key = {}
     for e in evals:
         by_key.setdefault(run_key(e), []).append(e)
@@ -65,6 +65,14 @@ def group_runs(evals: list) -> dict:
         varying = sorted({f for o in others for f in set(o) | set(k) if o.get(f) != k.get(f)} - {"schedule", "task"})
         shown = [f for f in PRIMARY.get(k["schedule"], ())] + [f for f in varying if f not in PRIMARY.get(k["schedule"], ())]
         label = " ".join([k["schedule"]] + [f"{f}={value(k[f])}" for f in shown if f in k])
+        seen = {}
+        for r in runs:  # one seed twice: a copy (cp -r run run.bak), a run inside a sweep, a sweep below a run
+            seen.setdefault(r["seed"], []).append(r.get("run_dir", "?"))
+        twice = {k: v for k, v in seen.items() if len(v) > 1}
+        if twice:
+            k0, dirs = min(twice.items())
+            raise ValueError(f"row {k['task']} {label}: seed {k0} appears {len(dirs)} times ({', '.join(dirs)}): one "
+                             f"run would count as several seeds; remove or move the copies")
         grid = {(tuple(r["lengths"]), r["n_max"]) for r in runs}
         if len(grid) > 1:
             raise ValueError(f"row {k['task']} {label}: its runs were evaluated on different grids "
