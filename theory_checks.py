@@ -40,6 +40,7 @@ from halting import log_stop_distribution, make_schedule, per_sample_ce, reinfor
 from model import LoopedTransformer, ModelConfig
 from tasks import IGNORE, PAD, TASKS, get_task, make_batch, task_kwargs, train_batch
 
+MIN_RL_SAMPLES = 100  # check 3's fewest sampled tau per setting
 RTOL, ATOL = 1e-6, 1e-12  # floating-point tolerance of "lhs <= rhs" (all sums in float64)
 BY_CONSTRUCTION = "[holds by construction; fails only on a bug]"
 
@@ -380,8 +381,13 @@ def validate(cfg: Config):
     for name in ("lr", "consistency_const"):
         v = getattr(cfg, name)
         require(math.isfinite(v) and v > 0, f"--{name} {v}: must be a finite number > 0")
-    for name, lo in (("batch_size", 1), ("seeds", 1), ("rl_samples", 2), ("steps", 0), ("toy_steps", 0)):
+    for name, lo in (("batch_size", 1), ("seeds", 1), ("steps", 0), ("toy_steps", 0)):
         require(getattr(cfg, name) >= lo, f"--{name} {getattr(cfg, name)}: must be >= {lo}")
+    # check 3 is a test of sample means against their standard errors: a handful of samples is no test
+    require(cfg.rl_samples >= MIN_RL_SAMPLES, f"--rl_samples {cfg.rl_samples}: too few samples for check 3's test "
+                                              f"(need >= {MIN_RL_SAMPLES})")
+    require(cfg.w >= 1 or "2b" not in cfg.checks.split(","),
+            f"--w {cfg.w}: check 2b measures the spread across the window's depths, which needs w >= 1")
     folder = os.path.dirname(os.path.abspath(cfg.json))
     require(not cfg.json or (os.path.isdir(folder) and os.access(folder, os.W_OK) and not os.path.isdir(cfg.json)),
             f"--json {cfg.json!r}: must be a file in an existing, writable folder")
@@ -444,6 +450,8 @@ def load_ckpt(path: str, seed: int):
     except (KeyError, TypeError, RuntimeError, AssertionError) as err:
         raise ValueError(f"--ckpt {path!r}: its config and weights do not make a LoopedTransformer "
                          f"({type(err).__name__})") from None
+    bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    require(not bad, f"--ckpt {path!r}: non-finite weights ({bad[0] if bad else ''}): nothing to check")
     torch.manual_seed(seed)
     return task, (model, build())
 

@@ -103,7 +103,10 @@ def main() -> None:
                      f"{fmt(m['front90'], '')} | n = {n}: "
                      + ", ".join(f"K={k} {a:.2f}" for k, a in ks) + " |")
     if rows:
-        plots(rows)
+        try:
+            plots(rows)
+        except ImportError:  # matplotlib is optional (README): the table still regenerates
+            print("results/recipes.py: plots skipped: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
     lines += ["", "Why each recipe, and what its OOD number measures (the runs behind each choice: "
               "[recipes/exploration/](recipes/exploration/README.md)):", ""]
     lines += [f"- {t}: {NOTES[t]}" for t in rows]

@@ -27,8 +27,7 @@ row() {  # row TASK NAME SEEDS FLAGS...: seeds 0..SEEDS-1 of one table row
   shift 3
   local resume=--resume
   if [ "$seeds" = 1 ]; then  # one seed: train.py writes into out_dir itself, and resumes only a started run
-    out="$out/seed0"
-    [ -f "$out/eval.json" ] && return
+    out="$out/seed0"        # (a finished one too: --resume reports it again, and refuses it if the flags changed)
     [ -f "$out/config.json" ] || resume=
   fi
   python -m torch.distributed.run --standalone --nproc_per_node "$NPROC" train.py --task "$task" --seeds "$seeds" \
