@@ -244,10 +244,12 @@ def test_4_sweep_resume_with_another_task_is_refused(tmp_path):
 
 def test_5_a_second_process_on_the_same_run_directory_stops(base, tmp_path, capsys):
     d = copy_run(base, tmp_path / "run")
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    os.remove(d / "eval.json")  # an unfinished run that --resume would continue
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, rundir\nwith rundir.Lock(sys.argv[1]):\n"
+                               "    print('held', flush=True); time.sleep(60)", str(d)], cwd=ROOT, stdout=subprocess.PIPE,
+                              text=True)
     try:
-        (d / ".lock").write_text(str(holder.pid))
-        os.remove(d / "eval.json")  # an unfinished run that --resume would continue
+        assert holder.stdout.readline().strip() == "held"
         assert train.cli(TINY + ["--out_dir", str(d), "--resume"]) == 2
         assert str(holder.pid) in capsys.readouterr().err
     finally:
@@ -396,6 +398,9 @@ def test_a_run_from_before_a_new_setting_still_resumes_and_groups(base, tmp_path
         (d / f).write_text(json.dumps(saved))
     assert train.cli(TINY + ["--out_dir", str(d), "--resume"]) == 0  # finished: reported again
     assert "finished earlier" in capsys.readouterr().out
-    copy_run(base, tmp_path / "new")
+    new = copy_run(base, tmp_path / "new")
+    e = json.load(open(new / "eval.json"))
+    e["seed"] = e["config"]["seed"] = 1  # another seed of the same experiment (one seed twice is refused)
+    (new / "eval.json").write_text(json.dumps(e))
     assert evaluate.cli([str(tmp_path / "old"), str(tmp_path / "new")]) == 0
     assert "| dyck | window w=5 | 2 |" in capsys.readouterr().out  # one row of two runs

@@ -120,7 +120,7 @@ def test_rows_are_keyed_on_every_setting_and_labelled_by_what_differs():
     runs += [synthetic_eval(0, [1.0, 0.9, 0.8], schedule="rl", T_max=5)]
     runs += [synthetic_eval(0, [1.0, 0.9, 0.8], schedule="rl", d_model=256)]
     runs += [synthetic_eval(s, [1.0, 0.9, 0.8], threads=1 + s, out_dir=f"x{s}") for s in (0, 1)]  # bookkeeping only
-    runs += [synthetic_eval(0, [1.0, 0.9, 0.8], lambda_ent=0.5)]  # not a window knob: same row as the two above
+    runs += [synthetic_eval(2, [1.0, 0.9, 0.8], lambda_ent=0.5)]  # not a window knob: same row as the two above
     groups = tables.group_runs(runs)
     assert sorted(len(g) for g in groups.values()) == [1, 1, 2, 2, 3]
     labels = {label for _, label in groups}
@@ -203,8 +203,8 @@ def tiny_run(tmp_path, **kw):
     cfg = config.Config(d_model=16, n_head=2, n_layer=1, T_max=4, T_test=6, test_lengths="3,5,8", n_max=5,
                        eval_samples=6, **kw)
     task, model, schedule = config.build(cfg)
-    torch.save({"model": model.state_dict(), "schedule": schedule.state_dict(), "config": dataclasses.asdict(cfg)},
-               tmp_path / "ckpt.pt")
+    torch.save({"model": model.state_dict(), "schedule": schedule.state_dict(), "config": dataclasses.asdict(cfg),
+                "step": cfg.max_iters}, tmp_path / "ckpt.pt")
     sets = [eval_set(task, [3, 5, 8], 6, cfg.eval_seed + i) for i in (0, 1)]
     e = {"task": cfg.task, "schedule": cfg.schedule, "seed": 0, "n_max": 5, "config": dataclasses.asdict(cfg),
          **evaluate.evaluate(model, schedule, task, *sets, cfg.T_test, n_max=5)}

@@ -1,0 +1,378 @@
+"""Reliability, round three: the red team's cases (issue 34), one or more tests per class, each of which failed
+on the code before the fix. Classes: data loss (a-d), silent wrong results (a-h), tracebacks, unclear messages.
+docs/reliability.md lists every case with its test."""
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import evaluate
+import rundir
+import theory_checks
+import train
+from cli import run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8",
+        "--eval_samples", "8", "--test_lengths", "5,19,20,25", "--log_interval", "5", "--eval_interval", "10",
+        "--ckpt_interval", "5", "--max_iters", "10"]
+
+
+def snapshot(d):
+    return {os.path.join(r, f): open(os.path.join(r, f), "rb").read() for r, _, fs in os.walk(d) for f in fs}
+
+
+def one_line(capsys, code, want_code=2):
+    err = capsys.readouterr().err
+    assert code == want_code and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (code, err)
+    return err
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A finished tiny run (10 steps); the tests copy it."""
+    d = tmp_path_factory.mktemp("base") / "run"
+    assert train.cli(TINY + ["--out_dir", str(d)]) == 0
+    return d
+
+
+def copy_run(base, d, seed=None):
+    shutil.copytree(base, d)
+    if seed is not None:  # relabel the copy as another seed of the same experiment
+        for f in ("eval.json", "config.json"):
+            e = json.load(open(d / f))
+            (e.get("config", e) if f == "eval.json" else e)["seed"] = seed
+            if f == "eval.json":
+                e["seed"] = seed
+            (d / f).write_text(json.dumps(e))
+    return d
+
+
+# --- data loss ------------------------------------------------------------------------------------------
+
+def test_data_loss_a_lock_removes_only_the_projects_own_temp_files(tmp_path):
+    d = tmp_path / "folder"
+    d.mkdir()
+    (d / "thesis.tmp1").write_text("a user's own file")
+    (d / "ckpt.pt.tmp99999999").write_bytes(b"half")  # a writer killed mid-write (no such pid)
+    with rundir.Lock(str(d)):
+        pass
+    assert (d / "thesis.tmp1").read_text() == "a user's own file"
+    assert not (d / "ckpt.pt.tmp99999999").exists()
+
+
+def test_data_loss_b_a_sweep_plans_each_seed_again_under_its_lock(base, tmp_path, monkeypatch, capsys):
+    d = tmp_path / "sweep"
+    real = train.train_run
+
+    filled = {}
+
+    def meanwhile(cfg, run_dir, device, start=None):  # while seed 0 trains, another process fills seed 1
+        e = real(cfg, run_dir, device, start)
+        if not filled:
+            filled.update(snapshot(copy_run(base, d / "seed1", seed=1)))
+        return e
+
+    monkeypatch.setattr(train, "train_run", meanwhile)
+    code = train.cli(TINY + ["--seeds", "2", "--out_dir", str(d)])
+    assert code == 2 and "holds a run" in capsys.readouterr().err
+    assert snapshot(d / "seed1") == filled
+
+
+def test_data_loss_c_two_locks_on_one_run_directory_never_both_hold(tmp_path):
+    d = str(tmp_path / "run")
+    with rundir.Lock(d):  # the old lock took over a .lock naming its own pid: two holders
+        with pytest.raises(ValueError, match="in use by process"):
+            rundir.Lock(d).__enter__()
+
+
+def test_data_loss_c_the_lock_names_host_and_pid_and_is_released_by_the_os(tmp_path, capsys):
+    d = tmp_path / "run"
+    d.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, rundir\nwith rundir.Lock(sys.argv[1]):\n"
+                               "    print('held', flush=True); time.sleep(60)", str(d)], cwd=ROOT, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert (d / ".lock").read_text() == f"process {holder.pid} on {socket.gethostname()}"
+        assert train.cli(TINY + ["--out_dir", str(d)]) == 2
+        assert f"in use by process {holder.pid} on {socket.gethostname()}" in capsys.readouterr().err
+    finally:
+        holder.send_signal(signal.SIGKILL)  # killed: its .lock stays behind, but the OS lock is gone
+        holder.wait()
+    assert (d / ".lock").exists()
+    with rundir.Lock(str(d)):
+        assert (d / ".lock").read_text().startswith(f"process {os.getpid()} ")
+
+
+def test_data_loss_c_a_stale_lock_naming_a_live_pid_is_taken_over_and_exit_removes_only_its_own(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / ".lock").write_text(str(os.getppid()))  # the pid of a live process that holds no lock (pid reuse)
+    lock = rundir.Lock(str(d)).__enter__()
+    os.remove(d / ".lock")
+    (d / ".lock").write_text("process 1 on elsewhere")  # someone else's lock now
+    lock.__exit__(None, None, None)
+    assert (d / ".lock").read_text() == "process 1 on elsewhere"
+
+
+def test_data_loss_d_evaluate_out_never_overwrites_a_runs_own_files(base, tmp_path, capsys):
+    d = copy_run(base, tmp_path / "run")
+    before = snapshot(d)
+    for prefix in ("eval", "summary", "config"):
+        assert evaluate.cli([str(d), "--out", str(d / prefix)]) == 2
+        assert "the name of a run's own file" in capsys.readouterr().err
+    assert snapshot(d) == before
+
+
+# --- silent wrong results -------------------------------------------------------------------------------
+
+def test_wrong_a_a_copied_run_is_refused_not_counted_twice(base, tmp_path, capsys):
+    copy_run(base, tmp_path / "rows" / "run")
+    copy_run(base, tmp_path / "rows" / "run.bak")  # cp -r run run.bak
+    err = one_line(capsys, evaluate.cli([str(tmp_path / "rows")]))
+    assert "seed 0 appears 2 times" in err
+
+
+def test_wrong_a_a_run_inside_a_sweep_folder_is_refused(base, tmp_path, capsys):
+    sweep = copy_run(base, tmp_path / "sweep")  # a single run written into the sweep folder itself ...
+    copy_run(base, sweep / "seed0")  # ... beside (above) its seed 0
+    assert "appears 2 times" in one_line(capsys, evaluate.cli([str(sweep)]))
+    # train.py refuses to make such folders: a sweep over a single run, a single run over a sweep
+    before = snapshot(sweep)
+    assert "holds a single run" in one_line(capsys, train.cli(TINY + ["--seeds", "2", "--resume", "--out_dir", str(sweep)]))
+    os.remove(sweep / "eval.json"), os.remove(sweep / "config.json")
+    before = snapshot(sweep)
+    assert "holds runs below it" in one_line(capsys, train.cli(TINY + ["--out_dir", str(sweep)]))
+    assert snapshot(sweep) == before
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sweep") / "sweep"
+    assert train.cli(TINY + ["--seeds", "3", "--max_iters", "5", "--out_dir", str(d)]) == 0
+    return d
+
+
+def test_wrong_b_a_sweep_folder_holds_one_experiment(sweep, tmp_path, capsys):
+    d = tmp_path / "sweep"
+    shutil.copytree(sweep, d)
+    before = snapshot(d)
+    # --overwrite with fewer seeds would leave seed2 of the old sweep beside the new ones
+    err = one_line(capsys, train.cli(TINY + ["--seeds", "2", "--max_iters", "5", "--overwrite", "--out_dir", str(d)]))
+    assert "seed2" in err and "--overwrite would leave" in err
+    # more seeds of another schedule would join the folder
+    err = one_line(capsys, train.cli(TINY + ["--seeds", "2", "--seed", "3", "--max_iters", "5", "--schedule", "fixed",
+                                             "--out_dir", str(d)]))
+    assert "another experiment" in err and "schedule='window'" in err
+    assert snapshot(d) == before
+
+
+def test_wrong_c_a_symlinked_seed_is_counted(sweep, tmp_path, capsys):
+    d = tmp_path / "sweep"
+    d.mkdir()
+    os.symlink(sweep / "seed0", d / "seed0")
+    shutil.copytree(sweep / "seed1", d / "seed1")
+    os.symlink(d, d / "loop")  # a link back up does not loop or count twice
+    assert evaluate.cli([str(d)]) == 0
+    assert "| dyck | window w=5 | 2 |" in capsys.readouterr().out  # the old walk skipped the linked seed: 1
+
+
+def nan_copy(base, d, where):
+    copy_run(base, d)
+    os.remove(d / "eval.json")
+    ck = torch.load(d / "ckpt.pt", weights_only=True)
+    ck["step"] = 5
+    if where == "model":
+        next(iter(ck["model"].values())).fill_(float("nan"))
+    else:
+        next(iter(ck["optimizer"]["state"].values()))["exp_avg"].fill_(float("nan"))
+    torch.save(ck, d / "ckpt.pt")
+    return d
+
+
+def test_wrong_d_a_non_finite_checkpoint_is_not_resumed_nor_called_good(base, tmp_path, capsys):
+    for where in ("model", "optimizer"):
+        d = nan_copy(base, tmp_path / where, where)
+        before = snapshot(d)
+        err = one_line(capsys, train.cli(TINY + ["--resume", "--out_dir", str(d)]))
+        assert "non-finite values" in err and where in err and snapshot(d) == before
+        assert "last good" not in rundir.last_good(str(d / "ckpt.pt"))
+        assert "none is good" in rundir.last_good(str(d / "ckpt.pt"))
+
+
+def test_wrong_d_e_readouts_refuse_a_non_finite_or_foreign_checkpoint(base, tmp_path, capsys):
+    d = nan_copy(base, tmp_path / "nan", "model")
+    shutil.copy(base / "eval.json", d / "eval.json")
+    assert "non-finite" in one_line(capsys, evaluate.cli([str(d), "--readouts", "--samples", "2"]))
+    d = copy_run(base, tmp_path / "other")  # eval.json of another experiment than its ckpt.pt
+    e = json.load(open(d / "eval.json"))
+    e["config"]["w"] = 3
+    (d / "eval.json").write_text(json.dumps(e))
+    before = snapshot(d)
+    err = one_line(capsys, evaluate.cli([str(d), "--readouts", "--samples", "2"]))
+    assert "belongs to another run" in err and "w=3" in err and snapshot(d) == before
+
+
+def test_wrong_f_every_segment_of_a_resumed_run_keeps_its_settings_and_env(base, tmp_path):
+    d = copy_run(base, tmp_path / "run")
+    os.remove(d / "eval.json")
+    ck = torch.load(d / "ckpt.pt", weights_only=True)
+    ck["step"], ck["acc_stats"] = 5, {}
+    torch.save(ck, d / "ckpt.pt")
+    assert train.cli([*TINY, "--out_dir", str(d), "--resume", "--device", "cpu"]) == 0  # auto before
+    for f in ("config.json", "eval.json"):
+        segs = json.load(open(d / f))["segments"]
+        assert [(s["step"], s["device"]) for s in segs] == [(0, "auto"), (5, "cpu")], f
+        assert all("git_commit" in s["env"] for s in segs)
+
+
+def test_wrong_g_study_sh_reruns_a_one_seed_row_whose_flags_changed(tmp_path):
+    """The row() of results/study.sh with python stubbed: a finished one-seed row still goes to train.py (with
+    --resume, which reports it again, or refuses it when the flags changed), not skipped for its eval.json."""
+    text = open(os.path.join(ROOT, "results", "study.sh")).read()
+    func = text[text.index("row() {"):text.index("main_rows() {")]
+    (tmp_path / "results" / "study" / "logs").mkdir(parents=True)
+    seed0 = tmp_path / "results" / "study" / "copy" / "ntp" / "seed0"
+    seed0.mkdir(parents=True)
+    (seed0 / "config.json").write_text("{}")
+    (seed0 / "eval.json").write_text("{}")
+    script = f'NPROC=1\npython() {{ echo "$@" >> called.txt; }}\n{func}\nrow copy ntp 1 --schedule ntp --c 3\n'
+    r = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    called = (tmp_path / "called.txt").read_text() if (tmp_path / "called.txt").exists() else ""
+    assert "--resume" in called and "--c 3" in called
+
+
+def test_wrong_h_theory_checks_refuse_degenerate_inputs_instead_of_violated(base, tmp_path, capsys):
+    code = run(theory_checks.command, "theory_checks.py", ["--checks", "3", "--rl_samples", "2"])
+    assert "too few samples" in one_line(capsys, code)
+    d = nan_copy(base, tmp_path / "nan", "model")
+    code = run(theory_checks.command, "theory_checks.py", ["--checks", "1b", "--ckpt", str(d / "ckpt.pt")])
+    assert "non-finite weights" in one_line(capsys, code)
+
+
+# --- tracebacks -----------------------------------------------------------------------------------------
+
+def test_tracebacks_recipes_py_regenerates_its_table_without_matplotlib(tmp_path, monkeypatch, capsys):
+    sys.path.insert(0, os.path.join(ROOT, "results"))
+    try:
+        import recipes
+    finally:
+        sys.path.remove(os.path.join(ROOT, "results"))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- recipes:begin -->\nold\n<!-- recipes:end -->\n")
+    monkeypatch.setattr(recipes, "README", str(readme))
+    monkeypatch.setattr(recipes, "DIR", str(tmp_path))  # plots, if any were drawn, would land here
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    recipes.main()
+    assert "| task | recipe" in readme.read_text()
+    err = capsys.readouterr().err
+    assert "plots skipped" in err and len(err.strip().splitlines()) == 1
+
+
+def test_tracebacks_values_that_pass_validation_and_crash_later(tmp_path, capsys):
+    for argv, word in ((["--schedule", "lognormal_poisson", "--sigma", "inf"], "sigma=inf"),
+                       (["--eval_samples", "100000000"], "--eval_samples 100000000")):
+        cfg = train.parse_args(TINY + ["--out_dir", str(tmp_path / "r")] + argv)
+        with pytest.raises(ValueError, match=word):
+            rundir.validate(cfg)  # refused before a step is trained, not in the final evaluation
+    code = run(theory_checks.command, "theory_checks.py", ["--checks", "2b", "--w", "0", "--steps", "0", "--seeds", "1"])
+    assert "--w 0" in one_line(capsys, code)
+    assert not os.path.exists(tmp_path / "r")
+
+
+def test_tracebacks_an_eval_json_missing_any_key_reading_needs(base, tmp_path, capsys):
+    full = json.load(open(base / "eval.json"))
+    for key in sorted(evaluate.METRICS) + ["K", "lengths"]:
+        d = tmp_path / key
+        d.mkdir()
+        e = json.loads(json.dumps(full))
+        (e if key in ("K", "lengths") else e["metrics"]).pop(key)
+        (d / "eval.json").write_text(json.dumps(e))
+        err = one_line(capsys, run(evaluate.main, "evaluate.py", [str(d)]))
+        assert "malformed eval.json" in err and key in err, (key, err)
+
+
+def test_tracebacks_ctrl_c_during_start_up_and_pressed_twice(tmp_path, monkeypatch, capsys):
+    real_validate = rundir.validate
+    monkeypatch.setattr(rundir, "validate", lambda cfg: (_ for _ in ()).throw(KeyboardInterrupt))
+    err = one_line(capsys, train.cli(TINY + ["--out_dir", str(tmp_path / "a")]), 130)
+    assert err.strip() == "train.py: interrupted"
+    monkeypatch.setattr(rundir, "validate", real_validate)
+    real_batch, real_good, calls = train.train_batch, rundir.last_good, {"n": 0}
+
+    def interrupted(*a):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return real_batch(*a)
+
+    def second_ctrl_c(path):  # the second Ctrl-C arrives while the first is being reported
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(10_000))  # bytecodes for a handler to run on
+        return real_good(path)
+
+    monkeypatch.setattr(train, "train_batch", interrupted)
+    monkeypatch.setattr(rundir, "last_good", second_ctrl_c)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        err = one_line(capsys, train.cli(TINY + ["--out_dir", str(tmp_path / "b")]), 130)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert "interrupted after step 7" in err and "--resume" in err
+
+
+def test_tracebacks_under_torchrun_bad_input_is_printed_once(monkeypatch, capsys):
+    for rank, lines in (("1", 0), ("0", 1)):
+        monkeypatch.setenv("RANK", rank)
+        assert train.cli(["--lr", "-1"]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == lines, rank
+
+
+# --- unclear messages -----------------------------------------------------------------------------------
+
+def test_unclear_an_out_dir_that_is_a_file_or_a_dangling_symlink(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    os.symlink(tmp_path / "gone", tmp_path / "dangling")
+    for name, word in (("afile", "is a file, not a directory"), ("dangling", "symlink to a missing path")):
+        for extra in ([], ["--seeds", "2"]):
+            err = one_line(capsys, train.cli(TINY + ["--out_dir", str(tmp_path / name), *extra]))
+            assert word in err, err
+    assert not (tmp_path / "gone").exists()
+
+
+def test_unclear_infinite_knobs_are_bad_input_and_leave_nothing(tmp_path, capsys):
+    for schedule, flag in (("rl", "lambda_ent"), ("ponder", "beta"), ("act", "tau_act")):
+        d = tmp_path / flag
+        err = one_line(capsys, train.cli(TINY + ["--schedule", schedule, f"--{flag}", "inf", "--out_dir", str(d)]))
+        assert f"--{flag}=inf" in err and not d.exists()
+
+
+def test_unclear_lambda_p_is_named_by_its_flag(tmp_path, capsys):
+    for schedule in ("ponder", "fixed_prior"):
+        err = one_line(capsys, train.cli(TINY + ["--schedule", schedule, "--lambda_p", "1", "--out_dir", str(tmp_path / "r")]))
+        assert "--lambda_p=1.0: must be in (0, 1)" in err
+
+
+def test_unclear_a_diverged_run_says_so(tmp_path, capsys):
+    d = tmp_path / "run"
+    assert train.cli(TINY + ["--lr", "10", "--warmup_iters", "0", "--grad_clip", "0", "--out_dir", str(d)]) == 0
+    err = capsys.readouterr().err
+    assert "the loss diverged" in err and json.load(open(d / "eval.json"))["diverged"]
+
+
+def test_unclear_evaluate_plot_creates_its_folder(base, tmp_path, capsys):
+    d = copy_run(base, tmp_path / "run")
+    assert evaluate.cli([str(d), "--plot", str(tmp_path / "new" / "plots")]) == 0
+    assert (tmp_path / "new" / "plots").is_dir()
+    (tmp_path / "afile").write_text("x")
+    assert "not a writable folder" in one_line(capsys, evaluate.cli([str(d), "--plot", str(tmp_path / "afile" / "p")]))
