@@ -2,7 +2,6 @@
 on the code before the fix. Classes: data loss (a-d), silent wrong results (a-h), tracebacks, unclear messages.
 docs/reliability.md lists every case with its test."""
 
-import fcntl
 import json
 import os
 import shutil
@@ -20,28 +19,13 @@ import theory_checks
 import train
 from cli import run
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8",
-        "--eval_samples", "8", "--test_lengths", "5,19,20,25", "--log_interval", "5", "--eval_interval", "10",
-        "--ckpt_interval", "5", "--max_iters", "10"]
-
-
-def snapshot(d):
-    return {os.path.join(r, f): open(os.path.join(r, f), "rb").read() for r, _, fs in os.walk(d) for f in fs}
+from test_bad_inputs import ROOT, TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)
 
 
 def one_line(capsys, code, want_code=2):
     err = capsys.readouterr().err
     assert code == want_code and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (code, err)
     return err
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    """A finished tiny run (10 steps); the tests copy it."""
-    d = tmp_path_factory.mktemp("base") / "run"
-    assert train.cli(TINY + ["--out_dir", str(d)]) == 0
-    return d
 
 
 def copy_run(base, d, seed=None):
