@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import field
 
 
@@ -80,6 +81,8 @@ def run(main, prog: str, argv=None) -> int:
     except ValueError as err:
         if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank checks the same input: one line
             print(f"{prog}: error: {err}", file=sys.stderr)
+        else:  # torchrun stops every rank once one has ended: let rank 0, which prints, end first
+            time.sleep(1)
         return 2
     except (FloatingPointError, OSError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
