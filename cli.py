@@ -88,15 +88,18 @@ def run(main, prog: str, argv=None) -> int:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:
-        with sigint_ignored():  # a second Ctrl-C while the first is reported
+        # a second Ctrl-C while the first is reported, or while the interpreter exits, is ignored: the command
+        # ends anyway (a caller that passed argv, e.g. a test, gets its handler back)
+        with sigint_ignored(restore=argv is not None):
             print(f"{prog}: {str(err) or 'interrupted'}", file=sys.stderr)
         return 130
     return 0
 
 
 @contextlib.contextmanager
-def sigint_ignored():
-    """Ignore Ctrl-C inside the block (in the main thread; elsewhere signals cannot be set)."""
+def sigint_ignored(restore: bool = True):
+    """Ignore Ctrl-C inside the block (and after it, unless restore), in the main thread: elsewhere signals
+    cannot be set."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -104,7 +107,8 @@ def sigint_ignored():
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        if restore:
+            signal.signal(signal.SIGINT, old)
 
 
 @contextlib.contextmanager
