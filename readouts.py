@@ -45,6 +45,7 @@ of the *validation* scores and are chosen on validation only; the test split onl
 Shape legend: K loop steps, B batch, T sequence length, V vocabulary, D model width, N thresholds.
 """
 
+import inspect
 import math
 import time
 
@@ -504,12 +505,15 @@ def collect(model, schedule, sets: dict, T_test: int, pad_id: int, device: str =
             B, T = xb.shape[:2]
             expect(f"sets[{n}] y", yb, "(B, T)", (B, T), "integer")
             expect(f"sets[{n}] Tn", tb, "(B,)", (B,), "integer")
+            mask = real_tokens(xb, pad_id)
+            need = "collect needs model.forward(x, K, keep_hidden=True) -> (logits (K, B, T, V), hidden (K+1, B, T, D))"
+            params = inspect.signature(model.forward).parameters
+            if "keep_hidden" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+                raise ValueError(f"model.forward{inspect.signature(model.forward)} takes no keep_hidden: {need}")
             out = model(xb, T_test, keep_hidden=True)
             if not (isinstance(out, tuple) and len(out) == 2):
-                raise ValueError(f"model(x, {T_test}, keep_hidden=True) returned {describe(out)}; expected "
-                                 f"(logits (K, B, T, V), hidden (K+1, B, T, D))")
+                raise ValueError(f"model(x, {T_test}, keep_hidden=True) returned {describe(out)}: {need}")
             logits, hidden = out  # (K, B, T, V), (K+1, B, T, D)
-            mask = real_tokens(xb, pad_id)
             scored = yb != IGNORE
             ce = nn.functional.cross_entropy(logits.flatten(0, 2), yb.expand(logits.shape[:-1]).flatten(),
                                              ignore_index=IGNORE, reduction="none").view(logits.shape[:-1])
