@@ -246,6 +246,8 @@ def format_run(e: dict) -> str:
              f"T(n) {fmt(m['tn_ood'])}%  per-sample oracle {fmt(m['per_sample_oracle_ood'])}%",
              f"       front@90 {fmt(m['front90'], '')}  flip rate {fmt(m['flip_rate'], '.3f')}  exit depth {fmt(m['policy_depth_ood'])}",
              f"  shortcut (OOD): {cuts}"]
+    if e.get("diverged"):  # train.py: the final training loss above 2 ln V
+        lines.append(f"  DIVERGED in training ({e['diverged']}): these numbers measure a broken run")
     lines += ["  n:         " + " ".join(f"{n:>5}" for n in e["lengths"]),
               "  oracle:    " + " ".join(f"{a:5.2f}" for a in m["oracle"]),
               "  val-K:     " + " ".join(f"{a:5.2f}" for a in m["val_k_acc"]),

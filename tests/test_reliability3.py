@@ -350,8 +350,9 @@ def test_unclear_lambda_p_is_named_by_its_flag(tmp_path, capsys):
 def test_unclear_a_diverged_run_says_so(tmp_path, capsys):
     d = tmp_path / "run"
     assert train.cli(TINY + ["--lr", "10", "--warmup_iters", "0", "--grad_clip", "0", "--out_dir", str(d)]) == 0
-    err = capsys.readouterr().err
-    assert "the loss diverged" in err and json.load(open(d / "eval.json"))["diverged"]
+    out = capsys.readouterr()
+    assert "the loss diverged" in out.err and json.load(open(d / "eval.json"))["diverged"]
+    assert "DIVERGED in training" in out.out  # and every report of the run says so
 
 
 def test_unclear_evaluate_plot_creates_its_folder(base, tmp_path, capsys):
