@@ -26,11 +26,12 @@ twice; a loop that starts from zeros returns torch.zeros_like(h0)), and forward_
     gen     a torch.Generator: the stream of depth draws (required; there is no global-RNG fallback)
     mask    (B, T) bool, True at real tokens, what a halting head pools over. Default: x != pad_id, which
             needs token ids (pad_id=None: every position is real); pass it for any other input
-    hidden  (T_test+1, B, T, D), index 0 = H_0 (the state before step 1); only learned schedules read it (Tn may then be None)
+    hidden  (T_test+1, B, T, D), index 0 = H_0 (the state before step 1); only learned schedules read it
+            (Tn may then be None)
 
-Every argument is checked on entry: a wrong one raises ValueError naming it, its shape, dtype and what is
-expected. stats (a dict of floats): "loss" (the task loss, without any halting term), "block_evals" (block
-applications per sample), "depth" (the mean supervised depth).
+loss and policy check every argument on entry: a wrong one raises ValueError naming it, its shape, dtype
+and what is expected. stats (a dict of floats): "loss" (the task loss, without any halting term),
+"block_evals" (block applications per sample), "depth" (the mean supervised depth).
 
 Notation (the papers' symbols):
 
@@ -96,7 +97,8 @@ def check_batch(x, y, Tn, gen, mask=None) -> None:
                                                  f"IGNORE ({IGNORE}) at unscored positions")
     check_tensor("Tn", Tn, (B,), "integer", dev, f"(B,) = ({B},) integer tensor on x's device ({dev}): T(n) per sample")
     if mask is not None:
-        check_tensor("mask", mask, (B, T), "bool", dev, f"(B, T) = ({B}, {T}) bool on x's device ({dev}), True at real tokens")
+        check_tensor("mask", mask, (B, T), "bool", dev,
+                     f"(B, T) = ({B}, {T}) bool on x's device ({dev}), True at real tokens")
     check(isinstance(gen, torch.Generator), f"gen: {describe(gen)}; expected a torch.Generator, the stream of depth "
                                             f"draws (there is no fallback to the global RNG)")
 
@@ -111,7 +113,8 @@ def check_policy(Tn, T_test, hidden=None, mask=None, learned: bool = False) -> N
           f"hidden: {describe(hidden)}; expected (T_test+1, B, T, D) = ({T_test + 1}, B, T, D) states, index 0 the "
           f"state before step 1 (unroll(model, x, T_test)[1])")
     (B, T), dev = hidden.shape[1:3], hidden.device
-    check_tensor("mask", mask, (B, T), "bool", dev, f"(B, T) = ({B}, {T}) bool on hidden's device ({dev}), True at real tokens")
+    check_tensor("mask", mask, (B, T), "bool", dev,
+                 f"(B, T) = ({B}, {T}) bool on hidden's device ({dev}), True at real tokens")
     if Tn is not None:
         check_tensor("Tn", Tn, (B,), "integer", dev, f"(B,) = ({B},) integer tensor on hidden's device ({dev})")
 

@@ -74,9 +74,9 @@ def expect(name: str, v, dims: str, sizes: tuple, kind: str = "any", device=None
           and all(s is None or s == n for s, n in zip(sizes, v.shape)) and (device is None or v.device == device))
     if not ok:
         letters = dims.strip("()").split(", ")
-        known = "(" + ", ".join(l if s is None else str(s) for l, s in zip(letters, sizes)) + ("," if len(sizes) == 1 else "") + ")"
-        raise ValueError(f"{name}: {describe(v)}; expected {dims} = {known} "
-                         f"{'' if kind == 'any' else kind + ' '}tensor" + (f" on {device}" if device is not None else ""))
+        known = ", ".join(l if s is None else str(s) for l, s in zip(letters, sizes)) + ("," if len(sizes) == 1 else "")
+        what = ("" if kind == "any" else kind + " ") + "tensor" + (f" on {device}" if device is not None else "")
+        raise ValueError(f"{name}: {describe(v)}; expected {dims} = ({known}) {what}")
 
 
 # --- signals: each works on one step (B, T, .) or a whole trajectory (K, B, T, .) -------------------
