@@ -129,12 +129,15 @@ def validate(cfg) -> None:
 
 def check_memory(cfg, task, n_longest: int, device: str, n_lengths: int = 1) -> None:
     """Refuse settings whose step cannot fit in memory, before training. A rough upper estimate, 4 bytes a
-    float: training keeps ~20 D-sized activations and the attention scores per token, layer and step;
-    evaluation keeps the trajectory's hidden states and logits."""
-    S = len(task.sample(n_longest, torch.Generator().manual_seed(0), test=True)[0])  # longest sequence
-    S += cfg.n_pause if cfg.schedule == "ntp_pause" else 0  # the pause tokens of ntp_pause
+    float: training keeps ~20 D-sized activations and the attention scores per token, layer and step with
+    gradient (at most bptt_k steps; c for the NTP baselines) on sequences up to n_max; evaluation keeps the
+    trajectory's hidden states and logits of the longest test sequence."""
+    pause = cfg.n_pause if cfg.schedule == "ntp_pause" else 0  # the pause tokens of ntp_pause
+    S = len(task.sample(n_longest, torch.Generator().manual_seed(0), test=True)[0]) + pause  # longest sequence
+    S_train = max(len(task.sample(cfg.n_max, torch.Generator().manual_seed(0), test=t)[0]) for t in (False, True)) + pause
+    steps = cfg.depth_c if cfg.schedule in ntp.SCHEDULES else min(cfg.T_max, cfg.bptt_k or cfg.T_max)
     V, D = len(task.vocab), cfg.d_model
-    train = 4 * cfg.batch_size * S * cfg.T_max * cfg.n_layer * (20 * D + 2 * cfg.n_head * S)
+    train = 4 * cfg.batch_size * S_train * steps * cfg.n_layer * (20 * D + 2 * cfg.n_head * S_train)
     evaluation = 4 * cfg.eval_batch_size * S * (cfg.T_test * (D + V) + 20 * D + 2 * cfg.n_head * S)
     if device.startswith("cuda"):
         have = torch.cuda.get_device_properties(torch.device(device)).total_memory

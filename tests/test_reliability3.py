@@ -347,6 +347,18 @@ def test_unclear_lambda_p_is_named_by_its_flag(tmp_path, capsys):
         assert "--lambda_p=1.0: must be in (0, 1)" in err
 
 
+def test_unclear_the_memory_check_does_not_refuse_a_run_of_a_few_mb(tmp_path):
+    """Training was estimated at the longest *test* sequence and at T_max steps with gradient: a tiny run with
+    one long test length (evaluated one sample at a time), or with --bptt_k 1, was refused for ~20-100 GiB."""
+    small = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--eval_batch_size", "1",
+             "--out_dir", str(tmp_path / "r")]
+    for extra in (["--test_lengths", "5,19,3000", "--T_test", "30"],
+                  ["--T_max", "100000", "--T_test", "100000", "--bptt_k", "1"]):
+        rundir.validate(train.parse_args(small + extra))  # no ValueError
+    with pytest.raises(ValueError, match="GiB"):  # the check itself still refuses what cannot fit
+        rundir.validate(train.parse_args(small + ["--T_max", "100000", "--T_test", "100000", "--batch_size", "100000"]))
+
+
 def test_unclear_a_diverged_run_says_so(tmp_path, capsys):
     d = tmp_path / "run"
     assert train.cli(TINY + ["--lr", "10", "--warmup_iters", "0", "--grad_clip", "0", "--out_dir", str(d)]) == 0
