@@ -37,7 +37,8 @@ class Config:
     lambda_p: float = opt(0.2, "ponder and fixed_prior: parameter of the truncated geometric prior, in (0, 1)")
     alpha: float = opt(0.5, "ponder: exit at the first t with cumulative q >= alpha")
     ponder_rule: str = opt("alpha", "ponder test rule: alpha (cumulative q >= alpha) or argmax", choices=["alpha", "argmax"])
-    prior: str = opt("geometric", "fixed_prior: input-independent depth prior", choices=["uniform", "geometric"])
+    prior: str = opt("geometric", "fixed_prior: input-independent depth prior; ponder: geometric (PonderNet's KL) or "
+                                  "uniform (Ouro's expected loss minus beta entropy)", choices=["uniform", "geometric"])
     tau_act: float = opt(0.01, "act: ponder-cost weight tau")
     act_eps: float = opt(0.01, "act: halt once the cumulative halting probability reaches 1 - act_eps")
     n_pause: int = opt(20, "ntp_pause: pause tokens between the prompt and the answer (our choice, = T_max: the "
@@ -48,7 +49,14 @@ class Config:
     sigma: float = opt(0.5, "lognormal_poisson: spread of the log-normal rate")
     r_per: str = opt("batch", "lognormal_poisson: one depth per batch (the paper) or per sample", choices=["batch", "sample"])
     trm_steps: int = opt(1, "trm_halt: loop steps per supervision step")
+    trm_sup: int = opt(0, "trm_halt: supervision steps N_sup (TRM: 16); N_sup * trm_steps <= T_max; 0: T_max // trm_steps")
+    halt_explore: float = opt(0.0, "trm_halt: exploration probability (TRM: 0.1): no halting before m ~ Unif{2..N_sup}")
+    trm_bce: float = opt(1.0, "trm_halt: weight of the halting BCE (TRM: 0.5)")
+    trm_head: str = opt("mean", "trm_halt: the head reads the mean over real tokens, the first position (TRM's) or the "
+                                "last real one", choices=["mean", "first", "last"])
     bptt_k: int = opt(0, "backpropagate through only the last k loop steps (0: all; single-depth schedules)")
+    loss_weight: str = opt("sample", "single-depth schedules: mean CE per sample, then over samples (sample), or over "
+                                     "all answer tokens of the batch (token: Fan et al.'s code)", choices=["sample", "token"])
     active_set: bool = opt(True, "shrink the batch as samples reach their depth (sum tau, not B*max tau)")
     V: int = opt(16, "unique_set: values lie in {0..V-1} (paper: 50)", section="task knobs")
     p: int = opt(23, "mano: the modulus p of Z_p")
@@ -69,6 +77,10 @@ class Config:
     beta1: float = opt(0.9, "AdamW beta1")
     beta2: float = opt(0.98, "AdamW beta2")
     grad_clip: float = opt(1.0, "clip the gradient norm to this (0: off)")
+    ema: float = opt(0.0, "decay of an exponential moving average of the weights, evaluated instead of them (0: off; "
+                          "Fan et al. 0.9999, TRM 0.999)")
+    ema_start: int = opt(-1, "step at which the EMA starts from the current weights (-1: when the curriculum ends, "
+                             "0 without --curriculum)")
     seed: int = opt(0, "seed of the run: depth sampling, and initialisation / data order unless set below", section="runs")
     init_seed: int = opt(-1, "seed of the initial weights (-1: --seed)")
     data_seed: int = opt(-1, "seed of the training batches (-1: --seed)")
@@ -124,6 +136,20 @@ RECIPES = {
 # The papers' scale (primary paper's protocol): d_model 256, 8 heads, L = 3, batch 64, 100k steps, lr 1e-4.
 PAPER = dict(V=50, d_model=256, n_head=8, n_layer=3, max_iters=100_000, batch_size=64, lr=1e-4, beta2=0.999,
              warmup_iters=1000, eval_samples=512, log_interval=200, eval_interval=5000, ckpt_interval=2000)
+
+
+def paper_preset(schedule: str, r_bar: int) -> dict:
+    """PAPER, and for lognormal_poisson Huginn's truncation proportion: k = 8 backpropagated steps for a mean
+    recurrence of 32 (seal-rg/recurrent-pretraining, raven_config_minimal.json), so k = ceil(r_bar / 4)."""
+    return {**PAPER, **({"bptt_k": -(-r_bar // 4)} if schedule == "lognormal_poisson" else {})}
+
+
+def ema_start_step(cfg) -> int:
+    """The step after which the weight EMA starts: --ema_start, or the curriculum's end (Fan et al. start the EMA
+    when the longest training length reaches n_max), 0 without a curriculum."""
+    if cfg.ema_start >= 0:
+        return cfg.ema_start
+    return max(0, (cfg.n_max - cfg.curriculum_start) * cfg.curriculum_every) if cfg.curriculum else 0
 
 
 def recipes_text() -> str:

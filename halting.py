@@ -136,6 +136,17 @@ def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (ce * scored).sum(-1) / scored.sum(-1).clamp(min=1)
 
 
+def batch_mean(ce: torch.Tensor, y: torch.Tensor, loss_weight: str = "sample") -> torch.Tensor:
+    """The batch loss from per-sample CEs ce (B,) and targets y (B, T). "sample": the mean over samples of
+    each sample's l(theta; x, y, tau) (the primary paper); "token": the mean over every scored token of the
+    batch (Fan et al.'s code: one cross-entropy over all answer tokens), where a long answer weighs more."""
+    if loss_weight == "sample":
+        return ce.mean()
+    n = (y != IGNORE).sum(-1).to(ce.dtype)  # (B,) scored positions of each sample
+    # L = sum_i n_i l_i / sum_i n_i  (= the sum of CE over the batch's scored tokens / their number)
+    return (ce * n).sum() / n.sum().clamp(min=1)
+
+
 def unroll(model, x: torch.Tensor, K: int):
     """The trajectory of K loop steps: logits (K, B, T, V) and hidden states (K+1, B, T, D), index 0 = H_0."""
     h, h0 = start(model, x)
@@ -191,11 +202,12 @@ class Schedule(nn.Module):
 
     name = "base"
 
-    def __init__(self, *, T_max: int = 20, active_set: bool = True, bptt_k: int = 0):
+    def __init__(self, *, T_max: int = 20, active_set: bool = True, bptt_k: int = 0, loss_weight: str = "sample"):
         super().__init__()
         check(T_max >= 1, f"T_max={T_max}: must be >= 1")
         check(bptt_k >= 0, f"bptt_k={bptt_k}: must be >= 0 (0: backpropagate through every step)")
-        self.T_max, self.active_set, self.bptt_k = T_max, active_set, bptt_k
+        check(loss_weight in ("sample", "token"), f"loss_weight={loss_weight!r}: choose from sample, token")
+        self.T_max, self.active_set, self.bptt_k, self.loss_weight = T_max, active_set, bptt_k, loss_weight
 
     def train_depth(self, Tn: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         raise NotImplementedError
@@ -211,8 +223,8 @@ class Schedule(nn.Module):
         else:
             traj, _ = unroll(model, x, int(tau.max()))  # (K, B, T, V)
             logits, evals = traj[tau - 1, torch.arange(len(tau), device=x.device)], tau.max().item()
-        # l(theta; x, y, tau) = CE(yhat_tau(x), y)
-        loss = per_sample_ce(logits, y).mean()
+        # l(theta; x, y, tau) = CE(yhat_tau(x), y), averaged over samples (or over tokens: batch_mean)
+        loss = batch_mean(per_sample_ce(logits, y), y, self.loss_weight)
         return loss, {"loss": loss.item(), "block_evals": float(evals), "depth": tau.float().mean().item()}
 
 
@@ -301,7 +313,8 @@ class LognormalPoisson(Schedule):
         n = 1 if self.r_per == "batch" else len(Tn)
         # tau ~ Normal(log r_bar - sigma^2 / 2, sigma), so that E[exp(tau)] = r_bar
         tau = math.log(self.r_bar) - self.sigma ** 2 / 2 + self.sigma * torch.randn(n, generator=gen, dtype=torch.float64)
-        # r = 1 + Poisson(exp(tau)), clipped to 1..T_max:  E[r] = 1 + r_bar before clipping
+        # r = 1 + Poisson(exp(tau)), clipped to 1..T_max:  E[r] = 1 + r_bar before clipping (Huginn's sampler
+        # does not clip: its r is unbounded)
         r = 1 + torch.poisson(tau.exp(), generator=gen)
         return r.clamp(1, self.T_max).long().expand(len(Tn)).to(Tn.device)
 
@@ -408,6 +421,8 @@ class HaltingHead(Schedule):
         check(self.T_max >= 2, f"T_max={self.T_max}: a halting head needs T_max >= 2")
         check(not self.bptt_k, f"bptt_k={self.bptt_k}: truncated backpropagation needs a depth known before the "
                                f"forward pass (fixed, matched, window, fixed_window, lognormal_poisson)")
+        check(self.loss_weight == "sample", f"loss_weight={self.loss_weight!r}: token weighting is for the "
+                                            f"single-depth schedules (fixed, matched, window, fixed_window, lognormal_poisson)")
         self.pad_id = pad_id
         self.head = nn.Linear(d_model, 1)  # q_phi
         # r_t ~ 1/T_max at the start: pi spreads over every depth (a bias of 0 gives r ~ 1/2, which puts
@@ -560,29 +575,38 @@ def kl_divergence(log_q: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
 
 
 class PonderNet(HaltingHead):
-    """PonderNet (Banino et al. 2021): sum_t q_t l_t + beta KL(q || truncated geometric(lambda_p)).
+    """PonderNet (Banino et al. 2021): sum_t q_t l_t + beta KL(q || truncated geometric(lambda_p)); prior="uniform"
+    is Ouro's first-stage objective sum_t q_t l_t - beta H(q) (the same gradients as beta KL(q || uniform)).
     The head is not detached; the remaining mass of q goes to T_max. Test: the first t with cumulative
     q >= alpha (ponder_rule="alpha"), or argmax_t q_t (ponder_rule="argmax")."""
 
     name = "ponder"
 
     def __init__(self, *, beta: float = 0.01, lambda_p: float = 0.2, alpha: float = 0.5, ponder_rule: str = "alpha",
-                 **base):
+                 prior: str = "geometric", **base):
         super().__init__(**base)
         check(math.isfinite(beta) and beta >= 0, f"beta={beta}: must be a finite number >= 0")
         check(0 < lambda_p < 1, f"lambda_p={lambda_p}: must be in (0, 1)")
         check(0 < alpha <= 1, f"alpha={alpha}: must be in (0, 1]")
         check(ponder_rule in ("alpha", "argmax"), f"ponder_rule={ponder_rule!r}: choose from alpha, argmax")
-        self.beta, self.alpha, self.rule = beta, alpha, ponder_rule
-        self.register_buffer("log_prior", truncated_geometric(lambda_p, self.T_max).log(), persistent=False)
+        check(prior in ("geometric", "uniform"), f"prior={prior!r}: choose from geometric, uniform")
+        self.beta, self.alpha, self.rule, self.prior = beta, alpha, ponder_rule, prior
+        if prior == "geometric":
+            self.register_buffer("log_prior", truncated_geometric(lambda_p, self.T_max).log(), persistent=False)
 
     def loss(self, model, x, y, Tn, gen, mask=None):
         check_batch(x, y, Tn, gen, mask)
         logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, T, V), (T_max+1, B, T, D)
         l = per_sample_ce(logits, y).transpose(0, 1)  # (B, T_max)
         log_q = log_stop_distribution(self.trajectory_logits(hidden, self.real(x, mask), self.T_max))  # (B, T_max)
-        # L = sum_t q_t l_t + beta KL(q || p_G)
-        task, kl = (log_q.exp() * l).sum(1).mean(), self.beta * kl_divergence(log_q, self.log_prior).mean()
+        task = (log_q.exp() * l).sum(1).mean()
+        if self.prior == "uniform":
+            # Ouro's first stage (Zhu et al. 2025, section 3.3): L = sum_t q_t l_t - beta H(q), the expected task
+            # loss minus beta times the exit entropy; = sum_t q_t l_t + beta KL(q || Unif{1..T_max}) - beta log T_max
+            kl = -self.beta * entropy(log_q).mean()
+        else:
+            # L = sum_t q_t l_t + beta KL(q || p_G)
+            kl = self.beta * kl_divergence(log_q, self.log_prior).mean()
         depth = (log_q.exp() * torch.arange(1, self.T_max + 1, device=x.device)).sum(1).mean()  # E_q[t]
         return task + kl, {"loss": task.item(), "halt_loss": kl.item(), "block_evals": float(self.T_max),
                            "depth": depth.item()}
@@ -653,25 +677,53 @@ class ACT(HaltingHead):
 
 class TRMHalt(HaltingHead):
     """The halting of the Tiny Recursive Model (Jolicoeur-Martineau 2025, "Less is More: Recursive Reasoning
-    with Tiny Networks", deep supervision and ACT sections): deep supervision over successive supervision
+    with Tiny Networks", deep supervision and ACT sections): deep supervision over N_sup successive supervision
     steps of trm_steps loop steps each, the state detached between them, and a halting head trained to
-    predict whether the current answer is exactly right. For supervision step s = 1, 2, ... (state H_{s-1}
-    detached, trm_steps loop steps with gradient, prediction yhat_s, halting logit a_s = q_phi(Pool(H_s))):
+    predict whether the current answer is exactly right. For supervision step s = 1..N_sup (state H_{s-1}
+    detached, trm_steps loop steps with gradient, prediction yhat_s, halting logit a_s = q_phi(h(H_s))):
 
-        l_s = CE(yhat_s, y) + BCE(sigmoid(a_s), 1[yhat_s exactly right])
+        l_s = CE(yhat_s, y) + w_bce BCE(sigmoid(a_s), 1[yhat_s exactly right])
 
-    A sample stops being supervised once sigmoid(a_s) > 1/2 (it leaves the active set); at test it exits at
-    the first such step (T_test if none). The loss is the mean of l_s over every (sample, step) supervised.
+    A sample stops being supervised once sigmoid(a_s) > 1/2 (it leaves the active set); with probability
+    halt_explore per sample and supervision step, halting before a minimum m ~ Unif{2..N_sup} is not allowed
+    (TRM's exploration, training only). The loss is the mean of l_s over every (sample, step) supervised.
+    N_sup = trm_sup, or floor(T_max / trm_steps) when 0; N_sup * trm_steps <= T_max. Test: the early exit at
+    the first s with sigmoid(a_s) > 1/2 (T_test if none) is the policy; TRM's code always runs all N_sup
+    steps at test, the depth full_depth = N_sup * trm_steps, which evaluate.py reports beside it.
+    h(H) is the head's input: the mean over real tokens (trm_head="mean", ours), the first position (TRM's
+    code, whose attention is bidirectional; under causal attention position 0 sees only token 0), or the
+    last real position (the one that sees the whole input under causal attention).
     Mapping onto this model: TRM's two latent states and its recursion cycles become trm_steps steps of the
-    one shared block, and TRM's optimizer step after every supervision step becomes one step per batch on
-    the summed losses (with the states detached the gradients are the same; the weights move once)."""
+    one shared block. TRM takes an optimizer step after every supervision step (the batch is a carry whose
+    halted samples are replaced by new ones); here the per-step losses are summed into one update per batch.
+    With the states detached, each step's gradient is the one TRM computes only if the weights did not move
+    in between: here every supervision step sees the batch's starting weights, TRM's the weights after the
+    previous step's update (up to N_sup updates per sample where we take one)."""
 
     name = "trm_halt"
 
-    def __init__(self, *, trm_steps: int = 1, **base):
+    def __init__(self, *, trm_steps: int = 1, trm_sup: int = 0, halt_explore: float = 0.0, trm_bce: float = 1.0,
+                 trm_head: str = "mean", **base):
         super().__init__(**base)
         check(1 <= trm_steps <= self.T_max, f"trm_steps={trm_steps}: must be in 1..T_max ({self.T_max})")
         self.m = trm_steps
+        check(0 <= trm_sup <= self.T_max // trm_steps, f"trm_sup={trm_sup}: N_sup must be in 1..T_max // trm_steps "
+                                                       f"({self.T_max // trm_steps}), or 0 for that maximum")
+        self.n_sup = trm_sup or self.T_max // trm_steps
+        self.full_depth = self.n_sup * self.m  # the depth of TRM's test protocol: every supervision step
+        check(0 <= halt_explore <= 1, f"halt_explore={halt_explore}: must be a probability in [0, 1]")
+        check(trm_bce >= 0, f"trm_bce={trm_bce}: the BCE weight must be >= 0")
+        check(trm_head in ("mean", "first", "last"), f"trm_head={trm_head!r}: choose from mean, first, last")
+        self.halt_explore, self.bce_w, self.trm_head = halt_explore, trm_bce, trm_head
+
+    def summary(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The head's input h(H): h (..., B, T, D), mask (B, T) -> (..., B, D)."""
+        if self.trm_head == "mean":
+            return pool(h, mask)
+        if self.trm_head == "first":
+            return h[..., 0, :]
+        last = (mask.long() * torch.arange(mask.shape[-1], device=mask.device)).argmax(-1)  # (B,) last real position
+        return h[..., torch.arange(mask.shape[0], device=mask.device), last, :]
 
     def loss(self, model, x, y, Tn, gen, mask=None):
         check_batch(x, y, Tn, gen, mask)
@@ -679,7 +731,7 @@ class TRMHalt(HaltingHead):
         h, h0 = start(model, x)  # (B, T, D)
         live = torch.arange(x.shape[0], device=x.device)  # the samples still supervised
         total, ce_sum, bce_sum, n_sup, evals, depth = 0.0, 0.0, 0.0, 0, 0, torch.zeros(x.shape[0], device=x.device)
-        for s in range(1, self.T_max // self.m + 1):
+        for s in range(1, self.n_sup + 1):
             h = h.detach()  # deep supervision: no gradient into earlier supervision steps
             for j in range(self.m):
                 h = model.step(h, h0[live], (s - 1) * self.m + j + 1)
@@ -687,13 +739,18 @@ class TRMHalt(HaltingHead):
             logits = model.readout(h)  # (b, T, V)
             ce = per_sample_ce(logits, y[live])  # (b,)
             right = ((logits.argmax(-1) == y[live]) | (y[live] == IGNORE)).all(-1).to(ce.dtype)  # 1[yhat_s right]
-            a = self.hazard_logits(pool(h, mask[live]))  # (b,)
-            # l_s = CE(yhat_s, y) + BCE(sigmoid(a_s), 1[yhat_s right])
+            a = self.hazard_logits(self.summary(h, mask[live]))  # (b,)
+            # l_s = CE(yhat_s, y) + w_bce BCE(sigmoid(a_s), 1[yhat_s right])
             bce = F.binary_cross_entropy_with_logits(a, right, reduction="none")
-            total = total + (ce + bce).sum()
+            total = total + (ce + self.bce_w * bce).sum()
             ce_sum, bce_sum, n_sup = ce_sum + ce.sum().item(), bce_sum + bce.sum().item(), n_sup + len(live)
             depth[live] = s * self.m
             keep = a.detach() <= 0  # sigmoid(a_s) > 1/2: halt
+            if self.halt_explore and self.n_sup >= 2:
+                # exploration (TRM): with probability halt_explore, m ~ Unif{2..N_sup}; no halting while s < m
+                u = torch.rand(len(live), generator=gen)
+                m_min = torch.randint(2, self.n_sup + 1, (len(live),), generator=gen)
+                keep |= ((u < self.halt_explore) & (s < m_min)).to(keep.device)
             live, h = live[keep], h[keep]
             if not len(live):
                 break
@@ -704,7 +761,7 @@ class TRMHalt(HaltingHead):
     def policy(self, Tn, T_test, hidden=None, mask=None):
         check_policy(Tn, T_test, hidden, mask, learned=True)
         # d(x) = m * min{s : sigmoid(a_s) > 1/2}, T_test if no supervision step halts
-        a = self.hazard_logits(pool(hidden[self.m:T_test + 1:self.m], mask))  # (S, B), steps m, 2m, ...
+        a = self.hazard_logits(self.summary(hidden[self.m:T_test + 1:self.m], mask))  # (S, B), steps m, 2m, ...
         halt = a > 0
         first = halt.int().argmax(0)  # the first halting supervision step (0 if none: checked below)
         return torch.where(halt.any(0), (first + 1) * self.m, T_test)
