@@ -131,6 +131,8 @@ def evaluate(model, schedule, task, test_sets: dict, val_sets: dict, T_test: int
     # oracle, val-K, ID-K and policy all collapse to the accuracy at c (and T(n) accuracy does not apply)
     fixed = hasattr(schedule, "score_set")
     K = [schedule.depth] if fixed else list(range(1, T_test + 1))
+    # trm_halt: TRM's test protocol runs every supervision step, one depth N_sup * trm_steps (beside its early exit)
+    full = getattr(schedule, "full_depth", None)
     hard = {n: [task.hard(x) for _, x, _ in samples({n: test_sets[n]})] for n in lengths}
     has_hard = any(h is not None for hs in hard.values() for h in hs)
     rows = []
@@ -142,6 +144,8 @@ def evaluate(model, schedule, task, test_sets: dict, val_sets: dict, T_test: int
                "per_sample_oracle": exact.max(0).values.mean().item(), "policy_acc": policy_ok.mean().item(),
                "policy_depth": torch.tensor(K)[d - 1].float().mean().item(),  # K[d-1]: the depth itself
                "flip": test[n]["flip"].float().mean(1).tolist()}
+        if full:
+            row["full_depth_acc"] = exact[min(full, T_test) - 1].mean().item()
         if has_hard:
             h = torch.tensor(hard[n], dtype=torch.bool)
             row["hard_frac"] = h.float().mean().item()
@@ -154,7 +158,7 @@ def evaluate(model, schedule, task, test_sets: dict, val_sets: dict, T_test: int
         m.update(hard_shortcut(lengths, shortcut_scores(task, test_sets, keep=task.hard), n_max))
     return {"lengths": lengths, "K": K, "acc": [r["acc"] for r in rows],
             "val_acc": [r["val_acc"] for r in rows], "hard_acc": [r.get("hard_acc") for r in rows] if has_hard else None,
-            "shortcuts": shortcuts, "metrics": m}
+            "shortcuts": shortcuts, "metrics": m, **({"full_depth": min(full, T_test)} if full else {})}
 
 
 def hard_shortcut(lengths: list[int], scores: dict, n_max: int) -> dict:
@@ -214,6 +218,9 @@ def metrics(lengths: list[int], rows: list[dict], shortcuts: dict, n_max: int, K
         vals = {k: v[split] for k, v in m["shortcuts"].items() if v[split] is not None}
         best = max(vals, key=vals.get) if vals else None
         m[f"shortcut_{split}"], m[f"shortcut_{split}_name"] = (vals[best] if best else None), best
+    if "full_depth_acc" in rows[0]:  # trm_halt: TRM's full-depth protocol beside the policy's early exit
+        m["full_depth_acc"] = [r["full_depth_acc"] for r in rows]
+        m["full_depth_ood"], m["full_depth_id"] = pct(m["full_depth_acc"], ood), pct(m["full_depth_acc"], ind)
     if "hard_acc" in rows[0]:
         hard = [r["hard_acc"] for r in rows]
         m["hard_frac"] = [r["hard_frac"] for r in rows]
@@ -248,6 +255,9 @@ def format_run(e: dict) -> str:
              f"  shortcut (OOD): {cuts}"]
     if e.get("diverged"):  # train.py: the final training loss above 2 ln V
         lines.append(f"  DIVERGED in training ({e['diverged']}): these numbers measure a broken run")
+    if "full_depth_ood" in m:
+        lines.append(f"  TRM's full depth K={e.get('full_depth')}: ID {fmt(m['full_depth_id'])}%  OOD {fmt(m['full_depth_ood'])}%"
+                     f"  (the policy above exits early)")
     lines += ["  n:         " + " ".join(f"{n:>5}" for n in e["lengths"]),
               "  oracle:    " + " ".join(f"{a:5.2f}" for a in m["oracle"]),
               "  val-K:     " + " ".join(f"{a:5.2f}" for a in m["val_k_acc"]),
@@ -317,9 +327,18 @@ def load_eval(run_dir: str) -> dict:
     return e
 
 
+def apply_ema(model, schedule, ema: dict) -> None:
+    """Copy the EMA weights of a checkpoint ({"model": {name: tensor}, "schedule": {...}}) into the parameters."""
+    with torch.no_grad():
+        for part, module in (("model", model), ("schedule", schedule)):
+            for name, p in module.named_parameters():
+                p.copy_(ema[part][name])
+
+
 def load_run(run_dir: str, saved: dict = None):
-    """(cfg, task, model, schedule) of a train.py run with its ckpt.pt weights, in eval mode; saved: the config
-    of the run's eval.json, which the checkpoint's must match."""
+    """(cfg, task, model, schedule) of a train.py run with its ckpt.pt weights (the EMA weights when the run kept
+    them, as train.py evaluated), in eval mode; saved: the config of the run's eval.json, which the checkpoint's
+    must match."""
     path = os.path.join(run_dir, "ckpt.pt")
     if not os.path.isfile(path):
         raise ValueError(f"no checkpoint at {path}: readouts need a trained run (train.py --out_dir {run_dir})")
@@ -329,6 +348,8 @@ def load_run(run_dir: str, saved: dict = None):
         task, model, schedule = build(Config(**cfg))
         model.load_state_dict(ck["model"])
         schedule.load_state_dict(ck["schedule"])
+        if ck.get("ema") is not None:
+            apply_ema(model, schedule, ck["ema"])
     except Exception as err:
         msg = str(err).strip().splitlines()[0][:120] if str(err).strip() else ""
         raise ValueError(f"{path} is not a usable train.py checkpoint ({type(err).__name__}: {msg})") from None
@@ -352,7 +373,8 @@ class Args:
     plot: str = opt("", "write PNG plots into this folder (needs matplotlib)")
     readouts: bool = opt(False, "every post-hoc readout of each run (needs ckpt.pt); writes RUN/readouts.json",
                          section="readouts")
-    fit_gate: str = opt("", "comma-separated gates to fit on the frozen trajectory: linear, mlp (implies --readouts)")
+    fit_gate: str = opt("", "comma-separated gates to fit on the frozen trajectory: linear, mlp (PonderNet objective), "
+                            "ouro (Ouro's loss-improvement target) (implies --readouts)")
     time: bool = opt(False, "wall time of early exit vs fixed depth (implies --readouts)")
     samples: int = opt(0, "samples per length of each readout split (0: the run's eval_samples)")
     tol: float = opt(0.0, "operating point: the smallest val depth within tol of the best val accuracy")
@@ -367,8 +389,8 @@ def parse_args(argv=None) -> Args:
     args = parse(Args, argv, prog="evaluate.py", doc=__doc__)
     if not args.run_dirs:
         raise ValueError("no run directories given: python evaluate.py DIR [DIR ...]")
-    if set(args.gates()) - {"linear", "mlp"}:
-        raise ValueError(f"--fit_gate {args.fit_gate!r}: choose from linear, mlp")
+    if set(args.gates()) - {"linear", "mlp", "ouro"}:
+        raise ValueError(f"--fit_gate {args.fit_gate!r}: choose from linear, mlp, ouro")
     if args.samples < 0 or not math.isfinite(args.tol) or args.tol < 0:
         raise ValueError(f"--samples {args.samples} --tol {args.tol}: need samples >= 0 and a finite tol >= 0")
     if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):

@@ -85,6 +85,8 @@ def validate(cfg) -> None:
         (cfg.d_model >= 1 and cfg.n_head >= 1 and cfg.d_model % cfg.n_head == 0,
          f"--d_model {cfg.d_model} --n_head {cfg.n_head}: d_model must be a positive multiple of n_head"),
         (cfg.n_layer >= 1, f"--n_layer {cfg.n_layer}: must be >= 1"),
+        (finite(cfg.ema) and 0 <= cfg.ema < 1, f"--ema {cfg.ema}: must be a decay in [0, 1) (0: off)"),
+        (cfg.ema_start >= -1, f"--ema_start {cfg.ema_start}: must be a step >= 0, or -1 for the curriculum's end"),
         (cfg.seeds >= 1, f"--seeds {cfg.seeds}: must be >= 1"),
         (0 <= cfg.seed and cfg.seed + cfg.seeds - 1 <= MAX_SEED, f"--seed {cfg.seed}: seeds must lie in 0..{MAX_SEED}"),
         (-1 <= cfg.init_seed <= MAX_SEED, f"--init_seed {cfg.init_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),

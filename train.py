@@ -28,14 +28,14 @@ import evaluate
 import rundir
 import tables
 from cli import atomic_write, parse, run, sigint_ignored, write_json
-from config import PAPER, RECIPES, Config, build, recipes_text, seeds_of, stream, trained_depth
+from config import RECIPES, Config, build, ema_start_step, paper_preset, recipes_text, seeds_of, stream, trained_depth
 from tasks import curriculum_n_max, eval_set, train_batch
 
 
 def parse_args(argv=None) -> Config:
     """Flags over the preset over the defaults: a preset sets defaults, so an explicit flag always wins."""
     return parse(Config, argv, prog="train.py", doc=__doc__, epilog=recipes_text(),
-                 presets=lambda a: PAPER if a.preset == "paper" else RECIPES.get(a.task, {}))
+                 presets=lambda a: paper_preset(a.schedule, a.r_bar) if a.preset == "paper" else RECIPES.get(a.task, {}))
 
 
 # --- one run ------------------------------------------------------------------------------------------
@@ -65,6 +65,16 @@ def train_step(model, schedule, optimizer, batch, gen: torch.Generator, grad_cli
     return {**stats, "grad_norm": gnorm.item()}
 
 
+def ema_update(ema: dict, weights: dict, decay: float) -> None:
+    """One EMA step over {part: {name: tensor}}, in place, without bias correction (as Fan et al.'s torch_ema with
+    use_num_updates=False and TRM's EMAHelper)."""
+    with torch.no_grad():
+        for part, params in weights.items():
+            for name, p in params.items():
+                # theta_ema <- decay * theta_ema + (1 - decay) * theta
+                ema[part][name].mul_(decay).add_(p.detach(), alpha=1 - decay)
+
+
 def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dict:
     """Train one seed in run_dir (from the checkpoint `start` when resuming), evaluate, write eval.json."""
     task, model, schedule = build(cfg)
@@ -80,6 +90,17 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
     s = seeds_of(cfg)  # the data order and the depth draws have their own generators
     gens = {k: torch.Generator().manual_seed(stream(s[k], k)) for k in ("data", "depth")}
     step, elapsed, acc_stats = 0, 0.0, {}  # acc_stats: sums over the steps since the last log line
+    # weight EMA: starts from the weights after step ema_from, then follows every step; evaluated at the end
+    ema, ema_from = None, ema_start_step(cfg)
+    weights = lambda: {"model": dict(model.named_parameters()), "schedule": dict(schedule.named_parameters())}
+
+    def ema_step(done):
+        nonlocal ema
+        if cfg.ema and done == ema_from:
+            ema = {part: {k: p.detach().clone() for k, p in ps.items()} for part, ps in weights().items()}
+        elif cfg.ema and done > ema_from:
+            ema_update(ema, weights(), cfg.ema)
+
     if start:
         try:
             model.load_state_dict(start["model"])
@@ -91,7 +112,11 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
         except (RuntimeError, KeyError, ValueError, TypeError) as err:
             msg = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
             raise ValueError(f"--resume: {run_dir}/ckpt.pt does not fit this run ({msg})") from None
-        step, elapsed, acc_stats = start["step"], start["elapsed"], start["acc_stats"]
+        step, elapsed, acc_stats, ema = start["step"], start["elapsed"], start["acc_stats"], start.get("ema")
+        if cfg.ema and step > ema_from and ema is None:
+            raise ValueError(f"--resume: {run_dir}/ckpt.pt holds no EMA weights past --ema_start ({ema_from})")
+    elif cfg.ema:
+        ema_step(0)  # --ema_start 0: the EMA starts from the initial weights
     ckpt_path, log_path = os.path.join(run_dir, "ckpt.pt"), os.path.join(run_dir, "metrics.jsonl")
     env, cfg_path = rundir.environment(), os.path.join(run_dir, "config.json")
     # every segment of a resumed run keeps its (step, machine settings, env): a resume may change them
@@ -108,7 +133,7 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
 
     def save(step):
         ck = {"model": model.state_dict(), "schedule": schedule.state_dict(), "optimizer": optimizer.state_dict(),
-              "step": step, "elapsed": elapsed, "acc_stats": acc_stats, "config": dataclasses.asdict(cfg),
+              "step": step, "elapsed": elapsed, "acc_stats": acc_stats, "config": dataclasses.asdict(cfg), "ema": ema,
               "rng": {**{k: g.get_state() for k, g in gens.items()}, "torch": torch.get_rng_state()}}
         if bad := rundir.non_finite(ck):
             raise FloatingPointError(f"non-finite weights at step {step} ({bad}); " + rundir.last_good(ckpt_path))
@@ -133,6 +158,7 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
             for k, v in {"steps": 1, **stats}.items():
                 acc_stats[k] = acc_stats.get(k, 0.0) + v
             done = it + 1
+            ema_step(done)
             if done % cfg.log_interval == 0 or done == cfg.max_iters:
                 n_acc, now = acc_stats.pop("steps"), time.time()
                 elapsed += now - t0
@@ -162,11 +188,14 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
     bar.close()
     t_eval = time.time()
     lengths = rundir.lengths(cfg)
+    if ema is not None:  # evaluate the EMA weights (the checkpoint keeps both: "model" raw, "ema" averaged)
+        evaluate.apply_ema(model, schedule, ema)
     with eager():
         e = evaluate.evaluate(model, schedule, task, eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed),
                               eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed + 1), T_eval, cfg.n_max,
                               cfg.eval_batch_size, device)
     e = {"task": cfg.task, "schedule": cfg.schedule, "seed": cfg.seed, "n_max": cfg.n_max, **e,
+         "weights": "ema" if ema is not None else "raw",
          "train_time_s": elapsed, "eval_time_s": time.time() - t_eval, "steps": cfg.max_iters,
          "diverged": diverged(log_path, len(task.vocab)), "config": dataclasses.asdict(cfg), "env": env,
          "segments": segments}
