@@ -33,12 +33,16 @@ only when every answer position is ready:
     margin         min_pos (z_t^(1) - z_t^(2))               stop when >= thr   (top-2 logit gap)
     entropy        max_pos H(p_t)                            stop when <= thr
     kl             max_pos KL(p_t || p_{t-1})                stop when <= thr   (t = 1: never)
+    kl_huginn      max_pos KL(p_{t-1} || p_t)                stop when <= thr   (Huginn's direction; p_0 uniform)
     logit_change   max_pos ||z_t - z_{t-1}|| / ||z_{t-1}||   stop when <= thr   (t = 1: never)
     hidden_change  max_pos ||H_t - H_{t-1}|| / ||H_{t-1}||   stop when <= thr   (t = 1 compares H_0)
     stable         run_t = steps since the predicted answer last changed      stop when >= m
     self_ce        mean_pos -log max_v p_t(v)   (maximum confidence; Fan et al.'s self-cross-entropy:
                    the CE of the output against its own greedy prediction)
 
+Huginn's fixed thresholds (kl_huginn <= 1e-3, its code's default; 5e-4, its first release) are reported
+beside the validation-chosen one. Gates fitted on the frozen trajectory give an exit distribution q and exit
+at the first t whose cumulative exit probability sum_{s<=t} q_s reaches a threshold (Ouro's q).
 "<= thr" signals are negated into scores, so one rule serves all. Thresholds come from a quantile sweep
 of the *validation* scores and are chosen on validation only; the test split only reports.
 
@@ -117,6 +121,15 @@ def kl(logits, prev_logits, h, prev_h, scored):
     return worst((logp.exp() * (logp - logq)).sum(-1), scored, largest=True)
 
 
+def kl_huginn(logits, prev_logits, h, prev_h, scored):
+    # Huginn's exit (Geiping et al. 2025; their KLExitEvaluator): the previous step's distribution first, and
+    # step 1 compared with the uniform distribution, as their loop starts
+    logp = logits.log_softmax(-1)
+    logq = torch.full_like(logp, -math.log(logp.shape[-1])) if prev_logits is None else prev_logits.log_softmax(-1)
+    # KL(p_{t-1} || p_t) = sum_v p_{t-1}(v) (log p_{t-1}(v) - log p_t(v)),  p_0 = uniform
+    return worst((logq.exp() * (logq - logp)).sum(-1), scored, largest=True)
+
+
 def logit_change(logits, prev_logits, h, prev_h, scored):
     if prev_logits is None:
         return torch.full(logits.shape[:-2], INF, device=logits.device)
@@ -135,7 +148,7 @@ def self_ce(logits, prev_logits, h, prev_h, scored):
 
 # name -> (signal function, direction): score = direction * signal, stop when score >= threshold
 SIGNALS = {"top1": (top1, 1), "margin": (margin, 1), "entropy": (predictive_entropy, -1), "kl": (kl, -1),
-           "logit_change": (logit_change, -1), "hidden_change": (hidden_change, -1)}
+           "kl_huginn": (kl_huginn, -1), "logit_change": (logit_change, -1), "hidden_change": (hidden_change, -1)}
 
 
 def answer(logits: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
@@ -284,12 +297,12 @@ class Gate(nn.Module):
 
     def __init__(self, d: int, kind: str = "linear", hidden: int = 64):
         super().__init__()
-        if kind not in ("linear", "mlp"):
-            raise ValueError(f"unknown gate {kind!r}: choose from linear, mlp")
+        if kind not in ("linear", "mlp", "ouro"):
+            raise ValueError(f"unknown gate {kind!r}: choose from linear, mlp, ouro")
         self.kind = kind
         self.register_buffer("mu", torch.zeros(d))
         self.register_buffer("sd", torch.ones(d))
-        self.net = nn.Linear(d, 1) if kind == "linear" else nn.Sequential(
+        self.net = nn.Linear(d, 1) if kind in ("linear", "ouro") else nn.Sequential(
             nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, 1))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
@@ -319,10 +332,24 @@ def gate_loss(q: torch.Tensor, losses: torch.Tensor, prior: torch.Tensor, beta: 
     return ((q * losses).sum(0) + beta * kl_q).mean()
 
 
+OURO_K, OURO_GAMMA = 50.0, 0.005  # Ouro's slope k and improvement threshold gamma (Zhu et al. 2025, section 3.4)
+
+
+def ouro_gate_loss(e: torch.Tensor, losses: torch.Tensor, k: float = OURO_K, gamma: float = OURO_GAMMA) -> torch.Tensor:
+    """Ouro's second stage: the exit hazard e_t (K, B) of a frozen model learns whether the next step still
+    pays. losses (K, B) per-step CE. Our reading of the hazard: e_t decides the exit after step t, so its
+    target is the improvement of step t+1 (the last step always exits and is not trained)."""
+    # I_t = max(0, l_t - l_{t+1}),  w_t = sigmoid(k (I_t - gamma)): the target of continuing after step t
+    w = torch.sigmoid(k * ((losses[:-1] - losses[1:]).clamp(min=0) - gamma))  # (K-1, B)
+    # L = -mean_t [ w_t log(1 - e_t) + (1 - w_t) log e_t ]
+    return nn.functional.binary_cross_entropy(e[:-1], 1 - w)
+
+
 def fit_gate(kind: str, pooled: torch.Tensor, losses: torch.Tensor, steps: int = 300, lr: float = 1e-2,
              beta: float = 0.01, lam: float = 0.2, seed: int = 0) -> Gate:
     """Fit a gate on a frozen trajectory: pooled (K, B, D) hidden states and losses (K, B) per-step
-    per-sample CE, both precomputed (no gradient reaches the model). Full-batch Adam."""
+    per-sample CE, both precomputed (no gradient reaches the model). Full-batch Adam. linear, mlp: the
+    PonderNet objective (gate_loss); ouro: a linear gate on Ouro's loss-improvement target (ouro_gate_loss)."""
     expect("pooled", pooled, "(K, B, D)", (None, None, None), "float")
     expect("losses", losses, "(K, B)", tuple(pooled.shape[:2]), "float", pooled.device)
     pooled, losses = pooled.detach(), losses.detach()
@@ -338,7 +365,8 @@ def fit_gate(kind: str, pooled: torch.Tensor, losses: torch.Tensor, steps: int =
     prior = truncated_geometric(lam, pooled.shape[0])
     opt = torch.optim.Adam(gate.parameters(), lr=lr)
     for _ in range(steps):
-        loss = gate_loss(exit_distribution(gate(pooled)), losses, prior, beta)
+        e = gate(pooled)  # (K, B) hazards
+        loss = ouro_gate_loss(e, losses) if kind == "ouro" else gate_loss(exit_distribution(e), losses, prior, beta)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -354,7 +382,9 @@ def gate_scores(gate: Gate, pooled: torch.Tensor) -> torch.Tensor:
 
 # --- every readout on a validation and a test trajectory ---------------------------------------------
 
-ALPHAS = [round(0.05 * i, 2) for i in range(1, 20)]  # alpha = 0.05 .. 0.95
+ALPHAS = [round(0.05 * i, 2) for i in range(1, 20)]  # alpha (Ouro's q) = 0.05 .. 0.95
+HUGINN_KL = (1e-3, 5e-4)  # Huginn's fixed kl thresholds: its code's default, its first release's
+HAZARD_HEADS = ("rl", "ponder")  # schedules whose head defines pi(t) = r_t prod_{i<t} (1 - r_i) (halting.py)
 
 
 def all_readouts(val: dict, test: dict, gates: dict = None, n_thresholds: int = 41, tol: float = 0.0) -> dict:
@@ -378,6 +408,8 @@ def all_readouts(val: dict, test: dict, gates: dict = None, n_thresholds: int = 
     add("stable", "m", val["signals"]["stable"], test["signals"]["stable"], torch.arange(1, K, dtype=torch.float))
     for name, gate in (gates or {}).items():
         add(name, "alpha", gate_scores(gate, val["pooled"]), gate_scores(gate, test["pooled"]), torch.tensor(ALPHAS))
+    if "head_cdf" in test:  # the trained head's own exit distribution, cut at a cumulative probability q
+        add("head_cdf", "alpha", val["head_cdf"], test["head_cdf"], torch.tensor(ALPHAS))
     # rules without a threshold: one depth per test sample
     c = test["correct"]
     points = {"max_conf_batch": max_conf_batch(test["signals"]["self_ce"], test["n"]),
@@ -385,6 +417,8 @@ def all_readouts(val: dict, test: dict, gates: dict = None, n_thresholds: int = 
               "policy": test["policy"], "tn": test["Tn"].clamp(1, K),
               # the first correct step uses labels: an upper bound, not a readout
               "oracle_first_correct": torch.where(c.any(0), c.float().argmax(0) + 1, K)}
+    for thr in HUGINN_KL:  # fixed, not chosen on validation: exit at the first t with kl_huginn <= thr
+        points[f"kl_huginn@{thr:g}"] = exit_depths(score("kl_huginn", test["signals"]["kl_huginn"]), torch.tensor([-thr]))[0]
     for name, d in points.items():
         out[name] = {"kind": "point", "chosen": report(c, d.long(), test["n"])}
     return out
@@ -524,6 +558,8 @@ def collect(model, schedule, sets: dict, T_test: int, pad_id: int, device: str =
                     "n": ns[i:i + batch_size].to(device), "Tn": tb}
             if pooled:
                 part["pooled"] = pool(hidden[1:], mask)
+            if getattr(schedule, "name", None) in HAZARD_HEADS:  # cumulative exit probability sum_{s<=t} pi_s (K, B)
+                part["head_cdf"] = schedule.test_log_pi(hidden, mask, T_test).exp().cumsum(-1).transpose(0, 1)
             parts.append(part)
     # per-step tensors (K, B, ...) join along the batch dim 1, per-sample ones (B,) along dim 0
     out = {k: torch.cat([p[k] for p in parts], 0 if k in ("policy", "n", "Tn") else 1).cpu()

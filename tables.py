@@ -104,7 +104,7 @@ def table_row(evals: list[dict]) -> dict:
             "exit_depth": mean("policy_depth_ood"), "flip_rate": mean("flip_rate"),
             "shortcut_ood": mean("shortcut_ood"), "shortcut_name": ms[0].get("shortcut_ood_name"),
             "oracle_hard_ood": mean("oracle_hard_ood"), "val_k_hard_ood": mean("val_k_hard_ood"),
-            "policy_hard_ood": mean("policy_hard_ood"),
+            "policy_hard_ood": mean("policy_hard_ood"), "full_depth_ood": mean("full_depth_ood"),
             "train_minutes": statistics.fmean(e.get("train_time_s", 0) / 60 for e in evals)}
 
 
@@ -117,7 +117,10 @@ def format_row(r: dict, hard: bool) -> str:
     below = r["oracle_ood"] is not None and r.get("shortcut_ood") is not None and r["oracle_ood"] <= r["shortcut_ood"]
     cells = [r["task"], r["setting"], fmt(r["seeds"], ""), fmt(r.get("policy_id")),
              fmt(r["oracle_ood"]) + (" (<= shortcut)" if below else ""), fmt(r.get("val_k_ood")), fmt(r["front90"], ""),
-             std, fmt(r["gap"]), fmt(r.get("policy_ood")), fmt(r.get("exit_depth")), fmt(r.get("flip_rate"), ".3f"),
+             # trm_halt: the policy's early exit, then TRM's full-depth protocol
+             std, fmt(r["gap"]), fmt(r.get("policy_ood")) + (f" (full depth {fmt(r['full_depth_ood'])})"
+                                                             if r.get("full_depth_ood") is not None else ""),
+             fmt(r.get("exit_depth")), fmt(r.get("flip_rate"), ".3f"),
              fmt(r.get("shortcut_ood"))]
     if hard:
         cells.append(" / ".join(fmt(r.get(k)) for k in ("oracle_hard_ood", "val_k_hard_ood", "policy_hard_ood")))
