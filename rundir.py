@@ -86,6 +86,9 @@ def validate(cfg) -> None:
          f"--d_model {cfg.d_model} --n_head {cfg.n_head}: d_model must be a positive multiple of n_head"),
         (cfg.n_layer >= 1, f"--n_layer {cfg.n_layer}: must be >= 1"),
         (finite(cfg.ema) and 0 <= cfg.ema < 1, f"--ema {cfg.ema}: must be a decay in [0, 1) (0: off)"),
+        # the test depth r_bar must be a depth that training reaches (Huginn does not clip r; we clip to T_max)
+        (cfg.schedule != "lognormal_poisson" or cfg.r_bar <= cfg.T_max,
+         f"--r_bar {cfg.r_bar}: lognormal_poisson's mean depth, also its test depth, must be <= T_max ({cfg.T_max})"),
         (cfg.ema_start >= -1, f"--ema_start {cfg.ema_start}: must be a step >= 0, or -1 for the curriculum's end"),
         (cfg.seeds >= 1, f"--seeds {cfg.seeds}: must be >= 1"),
         (0 <= cfg.seed and cfg.seed + cfg.seeds - 1 <= MAX_SEED, f"--seed {cfg.seed}: seeds must lie in 0..{MAX_SEED}"),

@@ -233,7 +233,8 @@ def test_cli_readouts_gates_and_timing(tmp_path, capsys):
     evaluate.main([str(tmp_path), "--fit_gate", "linear", "--time", "--samples", "4"])
     rep = json.loads((tmp_path / "readouts.json").read_text())
     names = {"fixed", "top1", "margin", "entropy", "kl", "logit_change", "hidden_change", "stable", "gate_linear",
-             "max_conf_batch", "max_conf_sample", "policy", "tn", "oracle_first_correct"}
+             "max_conf_batch", "max_conf_sample", "policy", "tn", "oracle_first_correct",
+             "kl_huginn", "kl_huginn@0.001", "kl_huginn@0.0005"}  # Huginn's direction, its fixed thresholds
     assert set(rep["readouts"]) == names
     timing = {r["readout"]: r for r in rep["timing"]}
     assert timing["fixed K=6"]["depth"] == 6
