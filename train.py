@@ -109,10 +109,13 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
             for k, g in gens.items():
                 g.set_state(start["rng"][k])
             torch.set_rng_state(start["rng"]["torch"])
-        except (RuntimeError, KeyError, ValueError, TypeError) as err:
+            ema = start.get("ema")
+            if ema is not None:  # the checkpoint is read onto the CPU: the EMA lives beside the weights
+                ema = {part: {k: ema[part][k].to(p.device) for k, p in ps.items()} for part, ps in weights().items()}
+        except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as err:
             msg = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
             raise ValueError(f"--resume: {run_dir}/ckpt.pt does not fit this run ({msg})") from None
-        step, elapsed, acc_stats, ema = start["step"], start["elapsed"], start["acc_stats"], start.get("ema")
+        step, elapsed, acc_stats = start["step"], start["elapsed"], start["acc_stats"]
         if cfg.ema and step > ema_from and ema is None:
             raise ValueError(f"--resume: {run_dir}/ckpt.pt holds no EMA weights past --ema_start ({ema_from})")
     elif cfg.ema:
