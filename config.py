@@ -6,6 +6,7 @@ rebuilds it from a checkpoint; tables.py groups runs by these settings.
 """
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -85,6 +86,12 @@ class Config:
     init_seed: int = opt(-1, "seed of the initial weights (-1: --seed)")
     data_seed: int = opt(-1, "seed of the training batches (-1: --seed)")
     seeds: int = opt(1, "number of seeds: runs seed..seed+seeds-1 into out_dir/seed{k}/")
+    stack: int = opt(0, "train the seeds in chunks of this many as one batched program (stack.py; 0: one at a "
+                        "time); each seed's run directory, numbers and checkpoints are those of its unstacked run")
+    static: bool = opt(False, "with --stack: the static, sync-free step for CUDA (fixed padding, masked loops to "
+                              "T_max, stats read at log time, fused AdamW; with --compile: CUDA graphs)")
+    tf32: bool = opt(False, "CUDA: TF32 matmuls and convolutions (10-bit mantissa inputs, fp32 accumulation) for "
+                            "the fp32 ops; on by --preset paper; no effect on the CPU")
     out_dir: str = opt("", "run directory (default out/{task}-{schedule})")
     resume: bool = opt(False, "continue the run in out_dir from its ckpt.pt")
     overwrite: bool = opt(False, "replace a run that out_dir already holds")
@@ -135,7 +142,7 @@ RECIPES = {
 
 # The papers' scale (primary paper's protocol): d_model 256, 8 heads, L = 3, batch 64, 100k steps, lr 1e-4.
 PAPER = dict(V=50, d_model=256, n_head=8, n_layer=3, max_iters=100_000, batch_size=64, lr=1e-4, beta2=0.999,
-             warmup_iters=1000, eval_samples=512, log_interval=200, eval_interval=5000, ckpt_interval=2000)
+             warmup_iters=1000, eval_samples=512, log_interval=200, eval_interval=5000, ckpt_interval=2000, tf32=True)
 
 
 def paper_preset(schedule: str, r_bar: int) -> dict:
@@ -158,6 +165,14 @@ def recipes_text() -> str:
         lines.append(f"  {task:15} " + (" ".join(f"--{k} {v}" for k, v in r.items()) or "the defaults above"))
     return "\n".join(lines)
 
+
+
+def lr_at(cfg: Config, it: int) -> float:
+    """Linear warm-up, then cosine decay from lr to min_lr at max_iters."""
+    if it < cfg.warmup_iters:
+        return cfg.lr * (it + 1) / cfg.warmup_iters
+    t = (it - cfg.warmup_iters) / max(1, cfg.max_iters - cfg.warmup_iters)
+    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * min(t, 1.0))) * (cfg.lr - cfg.min_lr)
 
 
 # --- building a run: the task, the model and the schedule ---------------------------------------------

@@ -26,6 +26,7 @@ import subprocess
 import torch
 
 import ntp
+import stack
 from tasks import get_task, task_kwargs
 
 RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
@@ -35,7 +36,7 @@ OWN_TEMP = re.compile(r"^(" + "|".join(re.escape(f) for f in OWN_FILES) + r")\.t
 # settings that may differ when a run is resumed: they change how it is computed (device, threads, bf16
 # autocast on CUDA, compile: the rounding, as a reduction order does), or nothing, but not what is trained
 HARMLESS = {"threads", "device", "amp", "compile", "eval_batch_size", "log_interval", "eval_interval",
-            "ckpt_interval", "resume", "overwrite", "seeds", "out_dir", "preset"}
+            "ckpt_interval", "resume", "overwrite", "seeds", "out_dir", "preset", "stack", "static", "tf32"}
 MAX_SEED = 2 ** 32 - 1
 
 
@@ -101,6 +102,9 @@ def validate(cfg) -> None:
         (min(cfg.log_interval, cfg.eval_interval, cfg.ckpt_interval) >= 1,
          f"--log_interval {cfg.log_interval} --eval_interval {cfg.eval_interval} --ckpt_interval {cfg.ckpt_interval}: must be >= 1"),
         (not (cfg.resume and cfg.overwrite), "--resume --overwrite: choose one"),
+        (cfg.stack >= 0, f"--stack {cfg.stack}: must be >= 0 (0: one seed at a time)"),
+        (cfg.stack or not cfg.static, "--static: needs --stack (the static step is the stacked one)"),
+        (not cfg.stack or stack.refusal(cfg) is None, stack.refusal(cfg) if cfg.stack else ""),
         (not cfg.curriculum or (cfg.curriculum_every >= 1 and cfg.n_min <= cfg.curriculum_start <= cfg.n_max),
          f"--curriculum_every {cfg.curriculum_every} --curriculum_start {cfg.curriculum_start}: "
          f"need curriculum_every >= 1 and n_min <= curriculum_start <= n_max"),

@@ -29,7 +29,8 @@ from halting import SCHEDULES, settings
 from tasks import TASKS
 
 BOOKKEEPING = {"seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
-               "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset"}
+               "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset", "stack", "static",
+               "tf32"}
 NTP_KNOBS = {"n_pause", "ntp_greedy"}  # the settings of ntp.py's baselines alone
 SCHEDULE_KNOBS = ({k for s in SCHEDULES for k in settings(s)} | NTP_KNOBS) - {"T_max", "d_model", "pad_id", "active_set"}
 TASK_KNOBS = {k for t in TASKS.values() for k in t.knobs}

@@ -24,11 +24,12 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+import chunk
 import evaluate
 import rundir
 import tables
 from cli import atomic_write, parse, run, sigint_ignored, write_json
-from config import RECIPES, Config, build, ema_start_step, paper_preset, recipes_text, seeds_of, stream, trained_depth
+from config import RECIPES, Config, build, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
 from tasks import curriculum_n_max, eval_set, train_batch
 
 
@@ -39,14 +40,6 @@ def parse_args(argv=None) -> Config:
 
 
 # --- one run ------------------------------------------------------------------------------------------
-
-def lr_at(cfg: Config, it: int) -> float:
-    """Linear warm-up, then cosine decay from lr to min_lr at max_iters."""
-    if it < cfg.warmup_iters:
-        return cfg.lr * (it + 1) / cfg.warmup_iters
-    t = (it - cfg.warmup_iters) / max(1, cfg.max_iters - cfg.warmup_iters)
-    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * min(t, 1.0))) * (cfg.lr - cfg.min_lr)
-
 
 def train_step(model, schedule, optimizer, batch, gen: torch.Generator, grad_clip: float,
                autocast=contextlib.nullcontext()) -> dict:
@@ -246,8 +239,10 @@ def main(argv=None) -> None:
     rundir.check_folder(cfg, out_dir, {d for _, d in runs})
     for k, d in runs:  # every seed's plan is checked before anything is written
         rundir.plan(dataclasses.replace(cfg, seed=k, out_dir=d), d, single=cfg.seeds == 1)
-    evals = []
-    for k, d in runs[rank::world]:  # rank r trains seeds r, r+P, ...
+    if cfg.tf32 and device.startswith("cuda"):  # TF32 inputs for the fp32 matmuls and convolutions
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    evals, failures = chunk.train_chunks(cfg, runs, rank, world, device) if cfg.stack else ([], [])
+    for k, d in runs[rank::world] if not cfg.stack else []:  # rank r trains seeds r, r+P, ...
         run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
         with rundir.Lock(d):
             # planned again under the lock: another process may have filled d since the check above
@@ -269,15 +264,19 @@ def main(argv=None) -> None:
         evals.append(e)
     if world > 1:  # rank 0 gathers every rank's results and writes the summary
         gathered = [None] * world
-        dist.all_gather_object(gathered, evals)
-        evals = sorted((e for part in gathered for e in part), key=lambda e: e["seed"])
+        dist.all_gather_object(gathered, (evals, failures))
+        evals = sorted((e for part, _ in gathered for e in part), key=lambda e: e["seed"])
+        failures = [f for _, part in gathered for f in part]
         dist.destroy_process_group()
         if rank != 0:
             return
-    md, rows = tables.table(tables.group_runs(evals))
-    print("\n" + md)
-    if cfg.seeds > 1:
-        write_json(os.path.join(out_dir, "summary.json"), {**rows[0], "runs": [e["run_dir"] for e in evals]})
+    if evals:
+        md, rows = tables.table(tables.group_runs(evals))
+        print("\n" + md)
+        if cfg.seeds > 1:
+            write_json(os.path.join(out_dir, "summary.json"), {**rows[0], "runs": [e["run_dir"] for e in evals]})
+    if failures:  # --stack: a seed with a non-finite loss stopped alone; the others finished
+        raise FloatingPointError(f"{len(failures)} of {cfg.seeds} seeds stopped: " + "; ".join(m for _, m in failures))
 
 def cli(argv=None) -> int:
     """main() as a command: one line and exit code 2 for bad input (cli.run)."""

@@ -1,0 +1,340 @@
+"""
+S seeds as one batched program: every weight of the looped transformer and of its halting head gets a
+leading seed axis, so one forward pass trains S independent runs (train.py --stack S).
+
+    linear layer     y[s] = x[s] W[s]^T + b[s]           one batched matmul (torch.baddbmm) for all seeds
+    attention        the seeds fold into its batch: (S, B, T, D) -> (S*B, nh, T, hs)
+    LayerNorm        normalised as usual, then each seed's own scale and shift
+    embedding        each seed's own table (one lookup in the S tables laid end to end)
+
+Nothing couples two seeds: every op is per seed (a batched matmul never mixes its batch entries), the
+loss of the chunk is the sum of the seeds' losses (d/dtheta_s sum_r L_r = dL_s/dtheta_s), the gradient
+is clipped per seed (clip_per_seed) and AdamW is elementwise, so each seed keeps its own moments. Stacked
+seed s therefore computes what the unstacked LoopedTransformer with its weights computes, equal up to the
+rounding of a reduction order (tests/test_stack.py: <= 1e-5 in fp32, <= 1e-10 in float64 after 30 steps).
+
+A stacked module has the unstacked module's state_dict keys, each tensor with the leading S axis:
+unstack(state, s) is an ordinary checkpoint of seed s (evaluate.py reads it unchanged).
+
+Per-sample depths under stacking (logits_at): the active set padded to the largest over the seeds (rows
+sorted deepest first per seed; step t runs the first max_s n_s(t) rows of every seed), or masked compute
+(every row to the chunk's deepest step, or to T_max with static=True: no shape depends on the data).
+
+Stackable schedules: STACKABLE. trm_halt (a data-dependent number of supervision steps, per seed) and the
+NTP baselines do not stack; nor do dropout (its mask comes from the global RNG), the vanilla baseline (a
+block that no sample of one seed reaches has no gradient there, AdamW skips it, the stack cannot) and
+truncated backpropagation (bptt_k).
+
+This file imports torch, model.py and halting.py only. Shapes: S seeds, B batch, T sequence length,
+D model width, K loop steps, V vocabulary.
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from halting import act_weights, entropy, kl_divergence, log_stop_distribution, per_sample_ce, pool, sample_stop
+from model import LoopedTransformer
+
+SINGLE = ("fixed", "matched", "window", "fixed_window", "lognormal_poisson")  # one depth per sample
+STACKABLE = SINGLE + ("multidepth", "fixed_prior", "rl", "ponder", "act")
+
+
+def refusal(cfg) -> str | None:
+    """Why the run of cfg (train.py's Config) cannot stack, in one line; None if it can."""
+    if cfg.schedule not in STACKABLE:
+        return f"--stack: schedule {cfg.schedule} does not stack (stackable: {', '.join(STACKABLE)})"
+    for bad, why in ((cfg.dropout > 0, f"--dropout {cfg.dropout}"), (not cfg.looped, "--no-looped"),
+                     (cfg.bptt_k > 0, f"--bptt_k {cfg.bptt_k}"), (cfg.compile and not cfg.static, "--compile without --static")):
+        if bad:
+            return f"--stack: {why} does not stack (see stack.py)"
+    return None
+
+
+def stack_states(states: list[dict]) -> dict:
+    """S state_dicts with the same keys -> one with each tensor stacked on a new leading axis."""
+    return {k: torch.stack([sd[k] for sd in states]) for k in states[0]}
+
+
+def unstack(state: dict, s: int) -> dict:
+    """Seed s's ordinary state_dict, on the CPU (a clone: saving a view would save every seed)."""
+    return {k: v[s].detach().cpu().clone() for k, v in state.items()}
+
+
+# --- stacked layers: model.py's, with a leading seed axis on every weight -----------------------------
+
+def per_seed(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A per-seed vector w (S, D) shaped to broadcast against x (S, ..., D)."""
+    return w.view(w.shape[0], *[1] * (x.dim() - 2), w.shape[1])
+
+
+class Linear(nn.Module):
+    def __init__(self, S: int, d_in: int, d_out: int, bias: bool = True):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(S, d_out, d_in))
+        self.bias = nn.Parameter(torch.empty(S, d_out)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(S, ..., d_in) -> (S, ..., d_out): y[s] = x[s] W[s]^T + b[s]."""
+        flat = x.reshape(x.shape[0], -1, x.shape[-1])  # (S, N, d_in)
+        w = self.weight.transpose(1, 2)
+        y = torch.bmm(flat, w) if self.bias is None else torch.baddbmm(self.bias.unsqueeze(1), flat, w)
+        return y.view(*x.shape[:-1], -1)
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, S: int, D: int):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.empty(S, D)), nn.Parameter(torch.empty(S, D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:]) * per_seed(self.weight, x) + per_seed(self.bias, x)
+
+
+class Embedding(nn.Module):
+    def __init__(self, S: int, V: int, D: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(S, V, D))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx (S, B, T) -> (S, B, T, D): seed s looks up row idx of its table, row s*V + idx of all S."""
+        S, V, D = self.weight.shape
+        offset = (torch.arange(S, device=idx.device) * V).view(S, *[1] * (idx.dim() - 1))
+        return F.embedding(idx + offset, self.weight.view(S * V, D))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, S: int, D: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.qkv, self.proj = Linear(S, D, 3 * D), Linear(S, D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        S, B, T, D = x.shape
+        q, k, v = self.qkv(x).split(D, dim=-1)
+        # (S, B, T, D) -> (S*B, nh, T, hs): the seeds are more batch
+        q, k, v = (t.reshape(S * B, T, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(S, B, T, D))
+
+
+class MLP(nn.Module):
+    def __init__(self, S: int, D: int):
+        super().__init__()
+        self.fc, self.proj = Linear(S, D, 4 * D), Linear(S, 4 * D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Layer(nn.Module):
+    def __init__(self, S: int, D: int, n_head: int):
+        super().__init__()
+        self.ln1, self.attn = LayerNorm(S, D), CausalSelfAttention(S, D, n_head)
+        self.ln2, self.mlp = LayerNorm(S, D), MLP(S, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class StackedLoopedTransformer(nn.Module):
+    """S looped transformers (model.py) as one: the same registration order, so the same state_dict keys
+    and parameters() order as each of them, with a leading S axis."""
+
+    def __init__(self, models: list[LoopedTransformer]):
+        super().__init__()
+        cfg = self.cfg = models[0].cfg
+        S, D = len(models), cfg.d_model
+        self.embed_tokens = Embedding(S, cfg.vocab_size, D)
+        self.blocks = nn.ModuleList([nn.Sequential(*[Layer(S, D, cfg.n_head) for _ in range(cfg.n_layer)])])
+        self.ln_f = LayerNorm(S, D)
+        self.head = Linear(S, D, cfg.vocab_size, bias=False)
+        p = next(models[0].parameters())
+        self.to(device=p.device, dtype=p.dtype)
+        self.load_state_dict(stack_states([m.state_dict() for m in models]))
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """H_0 = E(x). idx (S, B, T) -> (S, B, T, D)."""
+        return self.embed_tokens(idx)
+
+    def step(self, h: torch.Tensor, h0: torch.Tensor, t: int) -> torch.Tensor:
+        """H_t = Block(H_{t-1} + H_0). (S, B, T, D) -> (S, B, T, D)."""
+        return self.blocks[0](h + h0 if self.cfg.inject else h)
+
+    def readout(self, h: torch.Tensor) -> torch.Tensor:
+        """logits_t = head(LN_f(H_t)). (S, ..., D) -> (S, ..., V)."""
+        return self.head(self.ln_f(h))
+
+    def forward(self, idx: torch.Tensor, n_steps: int):
+        """idx (S, B, T) -> logits (S, K, B, T, V) and hidden states (S, K+1, B, T, D), K = n_steps."""
+        h0 = h = self.embed(idx)
+        logits, hidden = [], [h0]
+        for t in range(1, n_steps + 1):
+            h = self.step(h, h0, t)
+            logits.append(self.readout(h))
+            hidden.append(h)
+        return torch.stack(logits, 1), torch.stack(hidden, 1)
+
+
+def logits_at(model: StackedLoopedTransformer, x: torch.Tensor, depth: torch.Tensor, depth_host: torch.Tensor | None,
+              K: int) -> torch.Tensor:
+    """Each sample read out at its own depth: x (S, B, T), depth (S, B) on x's device -> (S, B, T, V).
+
+    depth_host (the same depths on the host): the active set padded to the largest over the seeds. Rows are
+    sorted by depth per seed, deepest first; step t runs the first n(t) = max_s #{i : depth[s, i] >= t} rows
+    of every seed (sum_t n(t) applications per seed, between sum_i depth_i and B * max depth). None: masked
+    compute, every row runs all K steps and nothing is read on the host (the static step).
+    A row's final state is kept where the step it stops at writes it (torch.where); one readout at the end."""
+    S, B = depth.shape
+    rows = torch.arange(S, device=x.device).unsqueeze(1)  # (S, 1)
+    if depth_host is not None:
+        order = torch.argsort(depth_host, dim=1, descending=True, stable=True)  # (S, B)
+        steps = torch.arange(1, K + 1).view(1, 1, K)
+        n_run = (depth_host.gather(1, order).unsqueeze(-1) >= steps).sum(1).amax(0).tolist()  # (K,) n(t)
+        order = order.to(x.device)
+        x, depth = x[rows, order], depth[rows, order]
+    else:
+        n_run = [B] * K
+    h0 = h = final = model.embed(x)  # (S, B, T, D); `final`: each row's state at its depth, once reached
+    tails = []  # rows past n(t) have all stopped: their final states, set aside
+    for t in range(1, K + 1):
+        n = n_run[t - 1]
+        if n < final.shape[1]:
+            tails.append(final[:, n:])
+            final, h = final[:, :n], h[:, :n]
+        h = model.step(h, h0[:, :n], t)
+        final = torch.where((depth[:, :n] == t)[..., None, None], h, final)
+    logits = model.readout(torch.cat([final] + tails[::-1], 1))  # (S, B, T, V)
+    return logits if depth_host is None else logits[rows, torch.argsort(order, dim=1)]
+
+
+# --- the stacked schedules -------------------------------------------------------------------------------
+
+class StackedSchedule(nn.Module):
+    """The stop schedules of S seeds (halting.py objects, the same settings) as one: the halting head q_phi
+    stacked (Linear above), rl's baseline b one per seed. Each seed's own object draws its depths from its
+    own generator (draw); loss computes every seed's loss on the stacked model at once.
+
+    The loss of each schedule is halting.py's, with the seed axis in front; the stats are a tensor
+    (S, len(stat_names)) kept on the device, in the order of the unstacked schedule's stats dict."""
+
+    def __init__(self, schedules: list):
+        super().__init__()
+        self.seeds, self.name, self.T_max = schedules, schedules[0].name, schedules[0].T_max  # a list: not submodules
+        state = stack_states([s.state_dict() for s in schedules])
+        if "head.weight" in state:
+            w = state["head.weight"]
+            self.head = Linear(len(schedules), w.shape[-1], 1).to(device=w.device, dtype=w.dtype)
+        if "baseline" in state:
+            self.register_buffer("baseline", torch.zeros_like(state["baseline"]))
+        self.load_state_dict(state)
+        self.stat_names = {"rl": ["loss", "halt_loss", "block_evals", "block_evals_grad", "depth", "baseline"],
+                           "ponder": ["loss", "halt_loss", "block_evals", "depth"],
+                           "act": ["loss", "halt_loss", "block_evals", "depth", "ponder_cost"]
+                           }.get(self.name, ["loss", "block_evals", "depth"])
+
+    @property
+    def first(self):  # the settings, which every seed shares
+        return self.seeds[0]
+
+    def _apply(self, fn, *args, **kwargs):  # .to(), .double(): the per-seed objects (fixed_prior's pi) follow
+        for s in self.seeds:
+            s._apply(fn, *args, **kwargs)
+        return super()._apply(fn, *args, **kwargs)
+
+    def draw(self, Tn: torch.Tensor, gens: list) -> torch.Tensor:
+        """Each seed's random draw of this step, on the host, from its own generator: the depth tau (S, B)
+        of a single-depth schedule, rl's uniforms u (S, B); Tn itself for the others. Tn (S, B)."""
+        if self.name in SINGLE:
+            return torch.stack([s.train_depth(t, g) for s, t, g in zip(self.seeds, Tn, gens)])
+        if self.name == "rl":
+            return torch.stack([torch.rand(Tn.shape[1], generator=g) for g in gens])
+        return Tn
+
+    def hazard_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """a_t = q_phi(h_t): pooled states (S, ..., D) -> (S, ...); rl's head sees detached states."""
+        return self.head(h.detach() if self.first.detach_input else h).squeeze(-1)
+
+    def trajectory_logits(self, hidden: torch.Tensor, mask: torch.Tensor, K: int) -> torch.Tensor:
+        """Hazard logits of steps 1..K-1: hidden (S, >=K, B, T, D), mask (S, B, T) -> (S, B, K-1)."""
+        return self.hazard_logits(pool(hidden[:, 1:K], mask.unsqueeze(1))).transpose(1, 2)
+
+    def loss(self, model, x, y, Tn, draw, draw_host=None):
+        """Every seed's training loss (S,) and stats (S, n). x, y (S, B, T), Tn and draw (S, B) on the device.
+        draw_host: the draw on the host (eager: the active set and the deepest step of the chunk are read
+        from it); None: static, every loop runs to T_max and nothing is read back."""
+        S, B = Tn.shape
+        arange = torch.arange(1, self.T_max + 1, device=x.device, dtype=torch.float32)  # t = 1..T_max
+        if self.name in SINGLE:
+            K = self.T_max if draw_host is None else int(draw_host.max())
+            active = draw_host if self.first.active_set and draw_host is not None else None
+            # l(theta; x, y, tau) = CE(yhat_tau(x), y)
+            loss = per_sample_ce(logits_at(model, x, draw, active, K), y).mean(1)
+            tau = draw.float()
+            evals = tau.mean(1) if self.first.active_set else tau.amax(1)  # what the unstacked run counts
+            return loss, torch.stack([loss.detach(), evals, tau.mean(1)], 1)
+        if self.name == "multidepth":
+            w = self.first.w
+            lo, hi = (Tn - w).clamp(1, self.T_max), (Tn + w).clamp(1, self.T_max)  # (S, B): S_w(x) = lo..hi
+            K = self.T_max if draw_host is None else int((draw_host + w).clamp(1, self.T_max).max())
+            l = per_sample_ce(model(x, K)[0], y.unsqueeze(1))  # (S, K, B)
+            k = torch.arange(1, K + 1, device=x.device).view(1, K, 1)
+            in_S = ((k >= lo.unsqueeze(1)) & (k <= hi.unsqueeze(1))).to(l.dtype)  # (S, K, B)
+            # L = (1/|S_w(x)|) sum_{k in S_w(x)} l_k
+            loss = ((in_S * l).sum(1) / in_S.sum(1)).mean(1)
+            return loss, torch.stack([loss.detach(), hi.amax(1).float(), ((lo + hi) / 2).float().mean(1)], 1)
+        logits, hidden = model(x, self.T_max)  # (S, T_max, B, T, V), (S, T_max+1, B, T, D)
+        if self.name == "fixed_prior":
+            pi = self.first.pi
+            # L = sum_t pi_t l_t
+            loss = (pi.view(1, -1, 1) * per_sample_ce(logits, y.unsqueeze(1))).sum(1).mean(1)
+            depth = (pi * arange).sum().expand(S)  # E_pi[t]
+            return loss, torch.stack([loss.detach(), torch.full_like(depth, self.T_max), depth], 1)
+        a = self.trajectory_logits(hidden, self.first.real(x), self.T_max)  # (S, B, T_max-1)
+        full = torch.full((S,), float(self.T_max), device=x.device)
+        if self.name == "ponder":
+            log_q = log_stop_distribution(a)  # (S, B, T_max)
+            l = per_sample_ce(logits, y.unsqueeze(1)).transpose(1, 2)  # (S, B, T_max)
+            # L = sum_t q_t l_t + beta KL(q || p_G)
+            task = (log_q.exp() * l).sum(2).mean(1)
+            kl = self.first.beta * kl_divergence(log_q, self.first.log_prior).mean(1)
+            return task + kl, torch.stack([task.detach(), kl.detach(), full, (log_q.exp() * arange).sum(2).mean(1).detach()], 1)
+        if self.name == "act":
+            N, R, p = (v.view(S, B, *v.shape[1:]) for v in act_weights(torch.sigmoid(a).flatten(0, 1), self.first.eps))
+            # yhat = sum_t p_t logits_t;  L = CE(yhat, y) + tau_act * (N + R)
+            task = per_sample_ce(torch.einsum("sbk,skbtv->sbtv", p, logits), y).mean(1)
+            cost = self.first.tau_act * (N + R).mean(1)
+            depth = (p * arange).sum(2).mean(1)
+            return task + cost, torch.stack([task.detach(), cost.detach(), full, depth.detach(),
+                                             (N + R).float().mean(1).detach()], 1)
+        # rl: tau ~ pi(.|x) by inversion of one uniform per sample (the reference path of halting.RLHalting)
+        tau = sample_stop(a.detach().flatten(0, 1), draw.flatten()).view(S, B)  # (S, B)
+        rows, cols = torch.arange(S, device=x.device).unsqueeze(1), torch.arange(B, device=x.device)
+        ce = per_sample_ce(logits[rows, tau - 1, cols], y)  # (S, B)
+        log_pi = log_stop_distribution(a)  # (S, B, T_max)
+        # R = -l(theta; x, y, tau);  L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x))
+        R = -ce.detach()
+        log_pi_tau = log_pi.gather(2, (tau - 1).unsqueeze(2)).squeeze(2)
+        halt = -((R - self.baseline.unsqueeze(1)).detach() * log_pi_tau).mean(1) - self.first.lambda_ent * entropy(log_pi).mean(1)
+        with torch.no_grad():  # b <- 0.9 b + 0.1 mean(R), per seed
+            self.baseline.mul_(0.9).add_(0.1 * R.mean(1))
+        n_grad = tau.float().mean(1)  # the active-set path's counts: tau steps with gradient, then up to T_max-1 without
+        n_nograd = (self.T_max - 1 - tau).clamp(min=0).float().mean(1) if self.first.active_set else torch.zeros_like(n_grad)
+        if not self.first.active_set:
+            n_grad = full
+        return ce.mean(1) + halt, torch.stack([ce.mean(1).detach(), halt.detach(), n_grad + n_nograd, n_grad,
+                                               tau.float().mean(1), self.baseline.clone()], 1)
+
+
+# --- per-seed optimisation --------------------------------------------------------------------------------
+
+def clip_per_seed(params: list, max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_ for each seed apart: ||g_s|| over every parameter's slice s, and g_s
+    scaled by min(1, max_norm / (||g_s|| + 1e-6)). params: stacked (S, ...) tensors. Returns ||g_s|| (S,)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)  # (S,)
+    coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
+    return norm
