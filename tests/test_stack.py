@@ -1,0 +1,236 @@
+"""--stack S (stack.py, chunk.py): stacked seed k is seed k trained alone; a NaN seed stops alone; a killed
+chunk resumes bitwise; each seed's eval.json is its twin's; --static computes what the eager step does.
+The last tests break the stacking on purpose and check that the equivalence checks see it."""
+
+import functools
+import json
+import os
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import chunk
+import config
+import stack
+import train
+from tasks import train_batch
+
+TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
+        "--n_max", "6", "--c", "6", "--w", "2", "--r_bar", "3",
+        # a large step and a tight clip: 30 steps move the weights far, and every seed is clipped by its own norm
+        "--lr", "3e-3", "--warmup_iters", "0", "--grad_clip", "0.1", "--max_iters", "30"]
+RUN = ["--eval_samples", "16", "--test_lengths", "3,6,8", "--log_interval", "5", "--eval_interval", "10",
+       "--ckpt_interval", "10"]
+TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+
+
+def cfgs(schedule, n=3, *extra):
+    return [train.parse_args(TINY + ["--schedule", schedule, "--seed", str(k), *extra]) for k in range(n)]
+
+
+@functools.lru_cache(maxsize=None)
+def separate(cfg, dtype, steps=30) -> dict:
+    """Seed cfg.seed trained alone for `steps` steps: train_run's loop (train.py), without its files."""
+    task, model, schedule = config.build(cfg)
+    model.to(dtype), schedule.to(dtype)
+    opt = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=cfg.lr,
+                            betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    s = config.seeds_of(cfg)
+    gens = {k: torch.Generator().manual_seed(config.stream(s[k], k)) for k in ("data", "depth")}
+    for it in range(steps):
+        opt.param_groups[0]["lr"] = config.lr_at(cfg, it)
+        x, y, _, Tn = train_batch(task, cfg.batch_size, cfg.n_min, cfg.n_max, gens["data"])
+        train.train_step(model, schedule, opt, (x, y, Tn), gens["depth"], cfg.grad_clip)
+    return {**model.state_dict(), **{"schedule." + k: v for k, v in schedule.state_dict().items()}}
+
+
+def stacked(cs, dtype, steps=30, broken=lambda ch: None) -> list[dict]:
+    ch = chunk.Chunk(cs, "cpu", dtype=dtype)
+    broken(ch)
+    for it in range(steps):
+        assert ch.step(it) == []
+    return [{**ch.state(s)["model"], **{"schedule." + k: v for k, v in ch.state(s)["schedule"].items()}}
+            for s in range(len(cs))]
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+def stack_vs_separate(schedule, dtype, broken=lambda ch: None) -> float:
+    cs = cfgs(schedule)
+    return max(max_diff(st, separate(c, dtype)) for st, c in zip(stacked(cs, dtype, broken=broken), cs))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("schedule", stack.STACKABLE)
+def test_stacked_seeds_equal_separate_runs(schedule, dtype):
+    assert stack_vs_separate(schedule, dtype) <= TOL[dtype]
+
+
+def test_the_stacked_checkpoint_is_an_ordinary_one():
+    cs = cfgs("rl", 2)
+    ch = chunk.Chunk(cs, "cpu")
+    ch.step(0)
+    _, model, schedule = config.build(cs[1])
+    st = ch.state(1)
+    model.load_state_dict(st["model"]), schedule.load_state_dict(st["schedule"])  # strict: same keys, same shapes
+    opt = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=cs[1].lr)
+    opt.load_state_dict(st["optimizer"])
+    assert all(v.shape == p.shape for v, p in zip((s["exp_avg"] for s in st["optimizer"]["state"].values()), model.parameters()))
+
+
+def test_static_step_equals_the_eager_one():
+    """--static: fixed padding, masked loops to T_max, fused AdamW, the update undone on the device: the same
+    numbers as the eager stacked step, up to rounding."""
+    for schedule in ("window", "multidepth", "rl"):
+        cs = cfgs(schedule)
+        eager = stacked(cs, torch.float32)
+        static = stacked([train.parse_args(TINY + ["--schedule", schedule, "--seed", str(k), "--stack", "3", "--static"])
+                          for k in range(3)], torch.float32)
+        assert max(max_diff(a, b) for a, b in zip(eager, static)) <= 1e-5, schedule
+
+
+def test_a_schedule_that_cannot_stack_is_refused_in_one_line():
+    r = train_cli("--stack", "2", "--seeds", "2", "--schedule", "trm_halt")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "trm_halt" in r.stderr
+    r = train_cli("--static")
+    assert r.returncode == 2 and "--static" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def train_cli(*args):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "train.py", *args], cwd=root, capture_output=True, text=True, timeout=120)
+
+
+def run(tmp_path, name, *extra, stacked=True):
+    argv = TINY + RUN + ["--seeds", "3", "--out_dir", str(tmp_path / name), *extra] + (["--stack", "3"] if stacked else [])
+    return train.cli(argv)
+
+
+def ckpt(path):
+    return torch.load(path, weights_only=True)
+
+
+def poison(monkeypatch, at=8, seed=1):
+    """The stacked loss of seed `seed` (of 3) is NaN at step `at`."""
+    real, calls = stack.StackedSchedule.loss, {"n": 0}
+
+    def poisoned(self, *a):
+        loss, stats = real(self, *a)
+        calls["n"] += 1
+        nan = torch.ones(3, dtype=loss.dtype)
+        nan[seed] = float("nan")
+        return (loss * nan if calls["n"] == at else loss), stats
+
+    monkeypatch.setattr(stack.StackedSchedule, "loss", poisoned)
+    return real
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_nan_seed_stops_alone(tmp_path, monkeypatch, capsys, static):
+    """Seed 1's loss is NaN at step 8: it stops with its message and its checkpoint of step 5; seeds 0 and 2
+    finish as they would have alone. --static: its update is undone on the device and it stops at the
+    next read (step 10), before anything of it is saved."""
+    real = poison(monkeypatch)
+    flags = ["--ckpt_interval", "5"] + (["--static"] if static else [])
+    assert run(tmp_path, "s", *flags) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "seed 1: non-finite loss nan at step 8; last good checkpoint: step 5" in err[-1] and "1 of 3 seeds stopped" in err[-1]
+    assert ckpt(tmp_path / "s" / "seed1" / "ckpt.pt")["step"] == 5 and not os.path.exists(tmp_path / "s" / "seed1" / "eval.json")
+    monkeypatch.setattr(stack.StackedSchedule, "loss", real)
+    assert run(tmp_path, "u", "--ckpt_interval", "5", stacked=False) == 0
+    for k in (0, 2):
+        got, want = ckpt(tmp_path / "s" / f"seed{k}" / "ckpt.pt"), ckpt(tmp_path / "u" / f"seed{k}" / "ckpt.pt")
+        assert got["step"] == want["step"] == 30 and max_diff(got["model"], want["model"]) <= 1e-5
+
+
+def strip_clock(path):
+    return [{k: v for k, v in json.loads(l).items() if k not in ("ms_per_step", "elapsed_s")} for l in open(path)]
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_killed_chunk_resumes_bitwise(tmp_path, monkeypatch, static):
+    flags = ["--ckpt_interval", "7"] + (["--static"] if static else [])  # logs every 5: the resumed log line mixes both
+    assert run(tmp_path, "a", *flags) == 0
+    real, calls = chunk.train_batch, {"n": 0}
+
+    def crashing(*a, **k):  # the 16th step's batches (3 a step): killed after the checkpoint of step 14
+        calls["n"] += 1
+        if calls["n"] == 3 * 15 + 1:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(chunk, "train_batch", crashing)
+    assert run(tmp_path, "b", *flags) == 130
+    monkeypatch.setattr(chunk, "train_batch", real)
+    assert ckpt(tmp_path / "b" / "seed2" / "ckpt.pt")["step"] == 14
+    assert run(tmp_path, "b", "--resume", *flags) == 0
+    for k in range(3):
+        a, b = ckpt(tmp_path / "a" / f"seed{k}" / "ckpt.pt"), ckpt(tmp_path / "b" / f"seed{k}" / "ckpt.pt")
+        for part in ("model", "schedule"):
+            assert a[part].keys() == b[part].keys() and all(torch.equal(a[part][n], b[part][n]) for n in a[part])
+        sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+        assert all(torch.equal(sa[i][n], sb[i][n]) for i in sa for n in sa[i])
+        assert strip_clock(tmp_path / "a" / f"seed{k}" / "metrics.jsonl") == strip_clock(tmp_path / "b" / f"seed{k}" / "metrics.jsonl")
+
+
+def numbers(path) -> dict:
+    """Every number of an eval.json's acc, val_acc and metrics, by its place."""
+    e = json.load(open(path))
+    out = {}
+
+    def walk(v, at):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, f"{at}.{k}")
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                walk(x, f"{at}[{i}]")
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[at] = v
+    walk({k: e[k] for k in ("acc", "val_acc", "metrics")}, "")
+    return out
+
+
+def test_each_seeds_eval_equals_its_unstacked_twins(tmp_path):
+    flags = ["--max_iters", "60", "--schedule", "rl"]
+    assert run(tmp_path, "s", *flags) == 0 and run(tmp_path, "u", *flags, stacked=False) == 0
+    evals = {(m, k): numbers(tmp_path / m / f"seed{k}" / "eval.json") for m in "su" for k in range(3)}
+    # an argmax may flip on a rounding difference: one sample of 16 at most (acc in [0, 1], metrics in %)
+    for k in range(3):
+        s, u = evals["s", k], evals["u", k]
+        assert s.keys() == u.keys()
+        assert all(abs(s[i] - u[i]) <= (1 if i.startswith((".acc", ".val_acc")) else 100) / 16 + 1e-9 for i in s)
+    assert any(evals["u", 0][i] != evals["u", 1][i] for i in evals["u", 0])  # the seeds' evals do differ: the check has power
+
+
+# --- the checks above see a broken stack (mutation checks) ------------------------------------------------------
+
+def shared_clip(params, max_norm):
+    """Broken on purpose: one clipping norm over all the seeds together (clip_grad_norm_ on the stack)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.stack([g.norm() for g in grads]).norm()
+    for g in grads:
+        g.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm.expand(grads[0].shape[0])
+
+
+def one_stream(name):
+    def broken(ch):  # broken on purpose: every seed draws from seed 0's generator `name`
+        for g in ch.gens:
+            g[name] = ch.gens[0][name]
+    return broken
+
+
+@pytest.mark.parametrize("schedule", ["window", "rl"])
+@pytest.mark.parametrize("mutant", ["shared clipping norm", "one data stream", "one depth stream"])
+def test_equivalence_check_sees_a_broken_stack(schedule, mutant, monkeypatch):
+    if mutant == "shared clipping norm":
+        monkeypatch.setattr(stack, "clip_per_seed", shared_clip)
+    broken = {"one data stream": one_stream("data"), "one depth stream": one_stream("depth")}.get(mutant, lambda ch: None)
+    assert stack_vs_separate(schedule, torch.float64, broken) > 1e-4
