@@ -15,12 +15,16 @@ Benchmark of a training run's hot paths, side by side in one process, as one tab
     (g) truncated backpropagation (--bptt_k, Geiping et al. 2025) against full backpropagation: time and
         peak memory of the training step; step 1's losses must agree (the same forward), later ones drift
         (the gradients differ)
+    (h) S seeds stacked into one batched program (train.py --stack S, stack.py) against S separate runs:
+        seed-steps per second and the peak memory of a step; the per-sample depths as the active set padded
+        to the largest over the seeds (the CPU's choice) and as masked compute to the chunk's deepest step
     pad the share of the linear layers' token-steps spent on padding (computed, not timed)
 
     python bench.py --threads 2                # train.py's default size (dyck, window w=5, d_model 64)
     python bench.py --device cuda              # one GPU
     python bench.py --quick --no-compile       # a tiny smoke setting, seconds
     python bench.py --profile --json b.json    # also the top ops of a torch.profiler run; the table as JSON
+    python bench.py --only_stack --stacks 1,4  # row (h) alone
 
 Times are medians over --iters timed steps after --warmup steps; the compared variants run interleaved
 (one step of each per batch) so a busy machine slows all of them alike. On CUDA the device is
@@ -42,6 +46,7 @@ from itertools import accumulate
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+import chunk
 import cli
 import config
 import evaluate
@@ -52,7 +57,7 @@ from tasks import PAD, TASKS, eval_set, get_task, task_kwargs, train_batch
 
 # the settings of --quick, a smoke run in seconds (they are defaults: an explicit flag still wins)
 QUICK = dict(d_model=32, batch_size=8, n_max=8, T_max=8, T_test=10, iters=2, warmup=1, eval_iters=1,
-             eval_samples=4, test_lengths="3,8,10", matmul_n=256, flops_d_models="32")
+             eval_samples=4, test_lengths="3,8,10", matmul_n=256, flops_d_models="32", stacks="1,2", stack_iters=1)
 
 
 @dataclass
@@ -79,6 +84,9 @@ class Config:
     bf16: bool = opt(True, "measure bf16 autocast in row (f)")
     compile: bool = opt(True, "measure torch.compile in row (f)")
     bptt_k: int = opt(3, "row (g): backpropagate through the last k loop steps only (0: skip the row)")
+    stacks: str = opt("1,4,16", "row (h): comma-separated chunk sizes S, each against S separate runs ('': skip)")
+    stack_iters: int = opt(3, "row (h): timed steps per variant (median), after one untimed step")
+    only_stack: bool = opt(False, "measure row (h) only")
     profile: bool = opt(False, "print the top ops of a short torch.profiler run of a step")
     quick: bool = opt(False, "tiny smoke setting: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()),
                       section="how it runs")
@@ -112,7 +120,13 @@ def parse_args(argv=None) -> Config:
     """Config, checked before any work: a bad value fails with one line naming it (exit 2)."""
     cfg = cli.parse(Config, argv, prog="bench.py", doc=__doc__, presets=lambda a: QUICK if a.quick else {})
     rundir.validate(train_config(cfg, cfg.d_model))  # every setting shared with train.py
-    for name in ("iters", "eval_iters", "matmul_n"):
+    try:
+        bad = not all(int(v) >= 1 for v in cfg.stacks.split(",") if v.strip())
+    except ValueError:
+        bad = True
+    if bad:
+        raise ValueError(f"--stacks {cfg.stacks!r}: must be comma-separated integers >= 1 (or '' to skip row (h))")
+    for name in ("iters", "eval_iters", "matmul_n", "stack_iters"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"--{name} {getattr(cfg, name)}: must be >= 1")
     if cfg.warmup < 0:
@@ -335,6 +349,56 @@ def eval_row(cfg: Config, task, v: Variant, device: str) -> list[str]:
             f"matrices and predictions equal: yes (mean acc {acc.mean():.3f})"]
 
 
+# --- (h): S seeds stacked against S separate runs ------------------------------------------------------
+
+def separate_run(c: config.Config, device: str):
+    """train.py's unstacked run of seed c.seed as a step function it -> stats (its own weights, AdamW,
+    data and depth generators)."""
+    task, model, schedule = config.build(c)
+    model.to(device), schedule.to(device)
+    opt = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=c.lr, betas=(c.beta1, c.beta2),
+                            weight_decay=c.weight_decay)
+    gens = {k: torch.Generator().manual_seed(config.stream(config.seeds_of(c)[k], k)) for k in ("data", "depth")}
+
+    def one(it: int) -> dict:
+        opt.param_groups[0]["lr"] = config.lr_at(c, it)
+        x, y, _, Tn = train_batch(task, c.batch_size, c.n_min, c.n_max, gens["data"])
+        opt.zero_grad(set_to_none=True)  # the peak of a step counts its own gradients
+        return train.train_step(model, schedule, opt, tuple(t.to(device) for t in (x, y, Tn)), gens["depth"], c.grad_clip)
+    return one
+
+
+def stack_rows(cfg: Config, device: str) -> list[list[str]]:
+    """(h): for each S, one stacked chunk (chunk.Chunk: the active set padded to the largest over the seeds),
+    the same chunk with masked compute (every row to the chunk's deepest step) and S separate runs, one
+    step of each in turn on the seeds' own batches; seed-steps per second and the peak bytes of a step."""
+    rows = []
+    for S in [int(v) for v in cfg.stacks.split(",") if v.strip()]:
+        cs = [dataclasses.replace(train_config(cfg, cfg.d_model), seed=cfg.seed + k, stack=S) for k in range(S)]
+        seps = [separate_run(c, device) for c in cs]
+        chunks = {"stacked": chunk.Chunk(cs, device),
+                  "masked": chunk.Chunk([dataclasses.replace(c, active_set=False) for c in cs], device)}
+        steps = {"separate": lambda it: [one(it) for one in seps], **{k: ch.step for k, ch in chunks.items()}}
+        times = {k: [] for k in steps}
+        for it in range(1 + cfg.stack_iters):
+            for k, fn in steps.items():
+                dt, _ = timed(lambda: fn(it), device)
+                if it:
+                    times[k].append(dt)
+        rate = {k: S / statistics.median(v) for k, v in times.items()}
+        it = 1 + cfg.stack_iters
+        peak = {"stacked": peak_bytes(lambda: chunks["stacked"].step(it), device),
+                "masked": peak_bytes(lambda: chunks["masked"].step(it), device),
+                "separate": peak_bytes(lambda: seps[0](it), device)}  # one run's step: a process of its own
+        mib = {k: v / 2 ** 20 for k, v in peak.items()}
+        rows.append(["(h)", f"{S} seeds d{cfg.d_model} stacked vs {S} separate runs: seed-steps/s",
+                     f"{rate['stacked']:.2f} /s", f"{rate['separate']:.2f} /s", f"{rate['stacked'] / rate['separate']:.2f}x", "",
+                     f"masked to the chunk's deepest step {rate['masked']:.2f} /s ({rate['masked'] / rate['separate']:.2f}x); "
+                     f"peak in step {mib['stacked']:.0f} MiB stacked, {mib['masked']:.0f} MiB masked, "
+                     f"{mib['separate']:.0f} MiB one separate run ({S * mib['separate']:.0f} MiB for {S} at once)"])
+    return rows
+
+
 # --- padding -------------------------------------------------------------------------------------------
 
 def padding_waste(x: torch.Tensor, depth: torch.Tensor, chunks: int = 4) -> dict:
@@ -360,6 +424,8 @@ def padding_waste(x: torch.Tensor, depth: torch.Tensor, chunks: int = 4) -> dict
 def bench(cfg: Config) -> list[list[str]]:
     """Run every measurement; return the table rows."""
     device, base = rundir.pick_device(cfg.device), train_config(cfg, cfg.d_model)
+    if cfg.only_stack:
+        return stack_rows(cfg, device)
     task = get_task(base.task, **task_kwargs(base.task, dataclasses.asdict(base)))
     batches = make_batches(task, base, cfg.warmup + cfg.iters, device)
 
@@ -410,6 +476,7 @@ def bench(cfg: Config) -> list[list[str]]:
     rows.append(["pad", f"share of linear-layer token-steps on pads (mean of {len(wastes)} batches, computed)",
                  f"{100 * waste['now']:.0f}% now", "", "", "",
                  f"trim per step {100 * waste['trim']:.0f}%, bucket x4 {100 * waste['bucket4']:.0f}%"])
+    rows += stack_rows(cfg, device)
     if cfg.profile:
         with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * device.startswith("cuda")) as prof:
             for b in batches[:2]:

@@ -157,13 +157,14 @@ class Chunk:
         if not self.static:
             self.optimizer.step()
             return gnorm
-        before = [[p] + [v for k, v in self.optimizer.state[p].items() if k != "step"] for p in self.params]
-        saved = [[t.detach().clone() for t in ts] for ts in before]
+        saved = [[t.detach().clone() for t in [p] + [v for k, v in self.optimizer.state[p].items() if k != "step"]]
+                 for p in self.params]
         self.optimizer.step()
-        for p, old in zip(self.params, saved):  # the moments exist from the second step on
-            now = [p] + [v for k, v in self.optimizer.state[p].items() if k != "step"]
-            for t, o in zip(now, old):
-                t.data.copy_(torch.where(finite.view(-1, *[1] * (t.dim() - 1)), t.data, o))
+        with torch.no_grad():
+            for p, old in zip(self.params, saved):  # the moments exist from the second step on
+                now = [p] + [v for k, v in self.optimizer.state[p].items() if k != "step"]
+                for t, o in zip(now, old):
+                    t.copy_(torch.where(finite.view(-1, *[1] * (t.dim() - 1)), t, o))
         return gnorm
 
     def step(self, it: int) -> list:

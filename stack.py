@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from halting import act_weights, entropy, kl_divergence, log_stop_distribution, per_sample_ce, pool, sample_stop
+from halting import act_weights, entropy, kl_divergence, log_stop_distribution, per_sample_ce, pool, sample_stop, unroll
 from model import LoopedTransformer
 
 SINGLE = ("fixed", "matched", "window", "fixed_window", "lognormal_poisson")  # one depth per sample
@@ -166,15 +166,11 @@ class StackedLoopedTransformer(nn.Module):
         """logits_t = head(LN_f(H_t)). (S, ..., D) -> (S, ..., V)."""
         return self.head(self.ln_f(h))
 
-    def forward(self, idx: torch.Tensor, n_steps: int):
-        """idx (S, B, T) -> logits (S, K, B, T, V) and hidden states (S, K+1, B, T, D), K = n_steps."""
-        h0 = h = self.embed(idx)
-        logits, hidden = [], [h0]
-        for t in range(1, n_steps + 1):
-            h = self.step(h, h0, t)
-            logits.append(self.readout(h))
-            hidden.append(h)
-        return torch.stack(logits, 1), torch.stack(hidden, 1)
+
+def trajectory(model: StackedLoopedTransformer, x: torch.Tensor, K: int):
+    """halting.unroll on the stack, seed axis first: logits (S, K, B, T, V), hidden states (S, K+1, B, T, D)."""
+    logits, hidden = unroll(model, x, K)  # (K, S, B, T, V), (K+1, S, B, T, D)
+    return logits.transpose(0, 1), hidden.transpose(0, 1)
 
 
 def logits_at(model: StackedLoopedTransformer, x: torch.Tensor, depth: torch.Tensor, depth_host: torch.Tensor | None,
@@ -278,13 +274,13 @@ class StackedSchedule(nn.Module):
             w = self.first.w
             lo, hi = (Tn - w).clamp(1, self.T_max), (Tn + w).clamp(1, self.T_max)  # (S, B): S_w(x) = lo..hi
             K = self.T_max if draw_host is None else int((draw_host + w).clamp(1, self.T_max).max())
-            l = per_sample_ce(model(x, K)[0], y.unsqueeze(1))  # (S, K, B)
+            l = per_sample_ce(trajectory(model, x, K)[0], y.unsqueeze(1))  # (S, K, B)
             k = torch.arange(1, K + 1, device=x.device).view(1, K, 1)
             in_S = ((k >= lo.unsqueeze(1)) & (k <= hi.unsqueeze(1))).to(l.dtype)  # (S, K, B)
             # L = (1/|S_w(x)|) sum_{k in S_w(x)} l_k
             loss = ((in_S * l).sum(1) / in_S.sum(1)).mean(1)
             return loss, torch.stack([loss.detach(), hi.amax(1).float(), ((lo + hi) / 2).float().mean(1)], 1)
-        logits, hidden = model(x, self.T_max)  # (S, T_max, B, T, V), (S, T_max+1, B, T, D)
+        logits, hidden = trajectory(model, x, self.T_max)  # (S, T_max, B, T, V), (S, T_max+1, B, T, D)
         if self.name == "fixed_prior":
             pi = self.first.pi
             # L = sum_t pi_t l_t

@@ -234,3 +234,32 @@ def test_equivalence_check_sees_a_broken_stack(schedule, mutant, monkeypatch):
         monkeypatch.setattr(stack, "clip_per_seed", shared_clip)
     broken = {"one data stream": one_stream("data"), "one depth stream": one_stream("depth")}.get(mutant, lambda ch: None)
     assert stack_vs_separate(schedule, torch.float64, broken) > 1e-4
+
+
+# --- the prepared H200 scripts, smoke-tested on the CPU ----------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_h200_stack_check_runs_on_the_cpu(tmp_path):
+    out = tmp_path / "stack.json"
+    r = subprocess.run([sys.executable, "results/cuda/stack_check.py", "--smoke", "--steps", "1", "--json", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.load(open(out))
+    kinds = {(row["kind"], row.get("mode")) for row in got["rows"] if "ms" in row}
+    assert {("today", None), ("stacked", "eager"), ("stacked", "static")} <= kinds
+    assert all("error" not in row or row.get("mode") == "graphs" for row in got["rows"]), got["rows"]
+    assert got["estimate"]["dyck"]["table_gpu_hours_stacked"] > 0
+
+
+def test_h200_rung_runs_on_the_cpu(tmp_path):
+    r = subprocess.run(["bash", "results/cuda/rung.sh", str(tmp_path), "40"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "SMOKE": "1"})
+    assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
+    for row in ("fixed", "matched", "window"):
+        for k in range(2):
+            d = tmp_path / "results" / "ladder" / "dyck" / "r_h200" / row / f"seed{k}"
+            assert sorted(os.listdir(d)) == ["config.json", "eval.json", "metrics.jsonl"]
+            e = json.load(open(d / "eval.json"))
+            assert e["schedule"] == row and e["seed"] == k and e["config"]["stack"] == 2
