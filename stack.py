@@ -287,7 +287,9 @@ class StackedSchedule(nn.Module):
             loss = (pi.view(1, -1, 1) * per_sample_ce(logits, y.unsqueeze(1))).sum(1).mean(1)
             depth = (pi * arange).sum().expand(S)  # E_pi[t]
             return loss, torch.stack([loss.detach(), torch.full_like(depth, self.T_max), depth], 1)
-        a = self.trajectory_logits(hidden, self.first.real(x), self.T_max)  # (S, B, T_max-1)
+        pad = self.first.pad_id  # real tokens: what the head pools over (halting.HaltingHead.real, on (S, B, T))
+        mask = x != pad if pad is not None else torch.ones_like(x, dtype=torch.bool)
+        a = self.trajectory_logits(hidden, mask, self.T_max)  # (S, B, T_max-1)
         full = torch.full((S,), float(self.T_max), device=x.device)
         if self.name == "ponder":
             log_q = log_stop_distribution(a)  # (S, B, T_max)
