@@ -6,7 +6,7 @@ train.py --seeds N --stack S: the N seeds trained S at a time, each chunk of S s
                                     weights (config.build) or from their checkpoints (ordinary ones)
     Chunk.step(it)                  one training step of every seed of the chunk
     Chunk.state(s)                  seed s's checkpoint, exactly what train.py's unstacked run writes
-    train_chunk(cfgs, dirs, ...)    train.py's train_run for S seeds at once
+    train_chunk(cfgs, dirs, ...)    train.py's train_run for S seeds at once (its finish_run evaluates each)
     train_chunks(cfg, runs, ...)    the chunks of a --seeds run, split over torchrun's ranks
 
 Stacked seed s is seed s: the same initial weights, batches (its own data generator), depth draws (its
@@ -39,7 +39,7 @@ from tqdm import tqdm
 import evaluate
 import rundir
 import stack
-from cli import atomic_write, write_json
+from cli import atomic_write, sigint_ignored, write_json
 from config import build, lr_at, seeds_of, stream, trained_depth
 from tasks import IGNORE, PAD, curriculum_n_max, eval_set, train_batch
 
@@ -210,17 +210,21 @@ class Chunk:
 
 # --- a chunk's run: train_run (train.py) for S seeds ------------------------------------------------------------
 
-def train_chunk(cfgs: list, dirs: list, device: str, starts: list = None) -> tuple[list, list]:
+def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tuple[list, list]:
     """Train the seeds cfgs in run directories dirs as one chunk (from their checkpoints `starts` when
-    resuming: all at one step), evaluate each, write each eval.json. Returns (evals, [(seed, message)] of
-    the seeds that stopped on a non-finite loss)."""
+    resuming, all at one step; else None), then finish(cfg, run_dir, model, schedule, task, T_eval, elapsed,
+    env, segments, device) each seed (train.py's finish_run: evaluate, write eval.json). Returns (evals,
+    [(seed, message)] of the seeds that stopped on a non-finite loss)."""
     cfg = cfgs[0]
     ch = Chunk(cfgs, device, starts)
     step, elapsed = (starts[0]["step"], starts[0]["elapsed"]) if starts else (0, 0.0)
     seeds, dirs = [c.seed for c in cfgs], list(dirs)
     ckpts, logs = [os.path.join(d, "ckpt.pt") for d in dirs], [os.path.join(d, "metrics.jsonl") for d in dirs]
-    for c, d, log in zip(cfgs, dirs, logs):
-        write_json(os.path.join(d, "config.json"), {**dataclasses.asdict(c), "env": rundir.environment()})
+    env, segments = rundir.environment(), []
+    for c, d, log in zip(cfgs, dirs, logs):  # every segment of a resumed run keeps its (step, settings, env)
+        cfg_path = os.path.join(d, "config.json")
+        segments.append((rundir.segments(cfg_path) if starts else []) + [{"step": step, **{k: getattr(c, k) for k in rundir.SEGMENT}, "env": env}])
+        write_json(cfg_path, {**dataclasses.asdict(c), "env": env, "segments": segments[-1]})
         kept = rundir.log_lines(log, step)
         atomic_write(log, lambda f, kept=kept: f.write("".join(kept).encode()))
     T_eval = cfg.T_test if cfg.looped else min(cfg.T_test, trained_depth(cfg))
@@ -228,13 +232,13 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list = None) -> tup
     failures = []
 
     def stop(bad: list) -> None:  # [(index, message)]: these seeds stop, the others go on
-        nonlocal seeds, dirs, ckpts, logs, cfgs
+        nonlocal seeds, dirs, ckpts, logs, cfgs, segments
         for s, msg in bad:
             msg = f"seed {seeds[s]}: {msg}; " + rundir.last_good(ckpts[s])
             print(f"train.py: {msg}", file=sys.stderr)
             failures.append((seeds[s], msg))
         keep = [s for s in range(len(seeds)) if s not in {b for b, _ in bad}]
-        seeds, dirs, ckpts, logs, cfgs = ([v[s] for s in keep] for v in (seeds, dirs, ckpts, logs, cfgs))
+        seeds, dirs, ckpts, logs, cfgs, segments = ([v[s] for s in keep] for v in (seeds, dirs, ckpts, logs, cfgs, segments))
         if keep:
             ch.keep(keep)
 
@@ -282,44 +286,39 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list = None) -> tup
                 t_save = time.time()
                 for s in range(len(seeds)):
                     st = ch.state(s)
-                    if not all(torch.isfinite(v).all() for v in st["model"].values()):
-                        raise FloatingPointError(f"seed {seeds[s]}: non-finite weights at step {done}; " + rundir.last_good(ckpts[s]))
                     ck = {"model": st["model"], "schedule": st["schedule"], "optimizer": st["optimizer"], "step": done,
                           "elapsed": elapsed, "acc_stats": st["acc_stats"], "config": dataclasses.asdict(cfgs[s]), "rng": st["rng"]}
+                    if bad := rundir.non_finite(ck):
+                        raise FloatingPointError(f"seed {seeds[s]}: non-finite weights at step {done} ({bad}); "
+                                                 + rundir.last_good(ckpts[s]))
                     atomic_write(ckpts[s], lambda f, ck=ck: torch.save(ck, f))
                 step = done
                 t0 += time.time() - t_save  # checkpoint writes are not training time
-    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run)
-        raise KeyboardInterrupt(f"interrupted after step {done}; the last checkpoints are at step {step}; "
-                                f"continue with --resume") from None
+    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run); a second one does not cut the message
+        with sigint_ignored():
+            msg = f"interrupted after step {done}; the last checkpoints are at step {step}; continue with --resume"
+        raise KeyboardInterrupt(msg) from None
     bar.close()
-    evals, lengths = [], rundir.lengths(cfg)
+    evals = []
     for s, (c, d) in enumerate(zip(cfgs, dirs)):
-        t_eval = time.time()
         model, schedule = ch.twin(s)
-        e = evaluate.evaluate(model, schedule, ch.task, eval_set(ch.task, lengths, cfg.eval_samples, cfg.eval_seed),
-                              eval_set(ch.task, lengths, cfg.eval_samples, cfg.eval_seed + 1), T_eval, cfg.n_max,
-                              cfg.eval_batch_size, device)
-        e = {"task": c.task, "schedule": c.schedule, "seed": c.seed, "n_max": c.n_max, **e,
-             "train_time_s": elapsed, "eval_time_s": time.time() - t_eval, "steps": c.max_iters,
-             "config": dataclasses.asdict(c), "env": rundir.environment()}
-        write_json(os.path.join(d, "eval.json"), e)
-        e["run_dir"] = d
-        evals.append(e)
+        evals.append({**finish(c, d, model, schedule, ch.task, T_eval, elapsed, env, segments[s], device), "run_dir": d})
     return evals, failures
 
 
-def train_chunks(cfg, runs: list, plans: dict, rank: int, world: int, device: str) -> tuple[list, list]:
-    """The seeds `runs` [(seed, run dir)] in chunks of cfg.stack, chunk i on rank i % world. Finished seeds
-    are skipped; within a chunk, seeds resumed from checkpoints at different steps train as sub-chunks."""
+def train_chunks(cfg, runs: list, rank: int, world: int, device: str, finish) -> tuple[list, list]:
+    """The seeds `runs` [(seed, run dir)] in chunks of cfg.stack, chunk i on rank i % world, each seed planned
+    again under its lock (rundir.plan) as train.py does. Finished seeds are skipped; within a chunk, seeds
+    resumed from checkpoints at different steps train as sub-chunks. finish: see train_chunk."""
     chunks = [runs[i:i + cfg.stack] for i in range(0, len(runs), cfg.stack)]
     evals, failures = [], []
     for part in chunks[rank::world]:
         with contextlib.ExitStack() as locks:
             todo = {}
             for k, d in part:
+                run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
                 locks.enter_context(rundir.Lock(d))
-                action, start = plans[d]
+                action, start = rundir.plan(run_cfg, d, single=cfg.seeds == 1)
                 if action == "overwrite":  # --overwrite: the old run's files go before the new run writes any
                     for f in rundir.RUN_FILES:
                         if os.path.exists(os.path.join(d, f)):
@@ -328,13 +327,13 @@ def train_chunks(cfg, runs: list, plans: dict, rank: int, world: int, device: st
                     print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
                     evals.append({**evaluate.load_eval(d), "run_dir": d})
                 else:
-                    todo.setdefault(start["step"] if start else 0, []).append((k, d, start))
+                    todo.setdefault(start["step"] if start else 0, []).append((run_cfg, d, start))
             for at, group in sorted(todo.items()):
-                print(f"chunk of seeds {', '.join(str(k) for k, _, _ in group)}: task {cfg.task}, schedule {cfg.schedule}, "
-                      f"device {device}" + (f", rank {rank}/{world}" if world > 1 else "") + (f", resumed at step {at}" if at else "")
-                      + (", static" if cfg.static else ""))
-                cfgs = [dataclasses.replace(cfg, seed=k, out_dir=d) for k, d, _ in group]
-                e, f = train_chunk(cfgs, [d for _, d, _ in group], device, [s for _, _, s in group] if at else None)
+                print(f"chunk of seeds {', '.join(str(c.seed) for c, _, _ in group)}: task {cfg.task}, schedule "
+                      f"{cfg.schedule}, device {device}" + (f", rank {rank}/{world}" if world > 1 else "")
+                      + (f", resumed at step {at}" if at else "") + (", static" if cfg.static else ""))
+                e, f = train_chunk([c for c, _, _ in group], [d for _, d, _ in group], device,
+                                   [s for _, _, s in group] if at else None, finish)
                 evals += e
                 failures += f
     for e in sorted(evals, key=lambda e: e["seed"]):

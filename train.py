@@ -183,14 +183,22 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
             msg = f"interrupted after step {done}; {rundir.last_good(ckpt_path)}; continue with --resume"
         raise KeyboardInterrupt(msg) from None
     bar.close()
+    with eager():
+        return finish_run(cfg, run_dir, model, schedule, task, T_eval, elapsed, env, segments, device, ema)
+
+
+def finish_run(cfg: Config, run_dir: str, model, schedule, task, T_eval: int, elapsed: float, env: dict, segments: list,
+               device: str, ema: dict = None) -> dict:
+    """Evaluate a trained run on the fixed test and validation sets (on its EMA weights, when it keeps them) and
+    write its eval.json (train_run; each seed of a --stack chunk, chunk.py)."""
     t_eval = time.time()
     lengths = rundir.lengths(cfg)
     if ema is not None:  # evaluate the EMA weights (the checkpoint keeps both: "model" raw, "ema" averaged)
         evaluate.apply_ema(model, schedule, ema)
-    with eager():
-        e = evaluate.evaluate(model, schedule, task, eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed),
-                              eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed + 1), T_eval, cfg.n_max,
-                              cfg.eval_batch_size, device)
+    e = evaluate.evaluate(model, schedule, task, eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed),
+                          eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed + 1), T_eval, cfg.n_max,
+                          cfg.eval_batch_size, device)
+    log_path = os.path.join(run_dir, "metrics.jsonl")
     e = {"task": cfg.task, "schedule": cfg.schedule, "seed": cfg.seed, "n_max": cfg.n_max, **e,
          "weights": "ema" if ema is not None else "raw",
          "train_time_s": elapsed, "eval_time_s": time.time() - t_eval, "steps": cfg.max_iters,
@@ -242,7 +250,7 @@ def main(argv=None) -> None:
         rundir.plan(dataclasses.replace(cfg, seed=k, out_dir=d), d, single=cfg.seeds == 1)
     if cfg.tf32 and device.startswith("cuda"):  # TF32 inputs for the fp32 matmuls and convolutions
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    evals, failures = chunk.train_chunks(cfg, runs, rank, world, device) if cfg.stack else ([], [])
+    evals, failures = chunk.train_chunks(cfg, runs, rank, world, device, finish_run) if cfg.stack else ([], [])
     for k, d in runs[rank::world] if not cfg.stack else []:  # rank r trains seeds r, r+P, ...
         run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
         with rundir.Lock(d):
