@@ -66,10 +66,12 @@ class Chunk:
         self.params = list(self.model.parameters()) + list(self.schedule.parameters())  # train.py's order
         cfg = self.cfg
         fused = {"fused": True, "lr": torch.tensor(cfg.lr, device=device)} if self.static else {"lr": cfg.lr}
-        self.optimizer = torch.optim.AdamW(self.params, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, **fused)
+        self.optimizer = torch.optim.AdamW(self.params, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
+                                           **fused)
         # the param group an unstacked run's checkpoint holds (stacked seeds write ordinary checkpoints)
-        self.group = torch.optim.AdamW(list(self.models[0].parameters()) + list(self.schedules[0].parameters()), lr=cfg.lr,
-                                       betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay).state_dict()["param_groups"][0]
+        twin = list(self.models[0].parameters()) + list(self.schedules[0].parameters())
+        self.group = torch.optim.AdamW(twin, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                       weight_decay=cfg.weight_decay).state_dict()["param_groups"][0]
         self.gens = [{k: torch.Generator().manual_seed(stream(seeds_of(c)[k], k)) for k in ("data", "depth")} for c in cfgs]
         self.torch_rng = [torch.Generator().manual_seed(stream(seeds_of(c)["torch"], "torch")).get_state() for c in cfgs]
         self.names = self.schedule.stat_names + ["grad_norm"]
@@ -223,7 +225,8 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
     env, segments = rundir.environment(), []
     for c, d, log in zip(cfgs, dirs, logs):  # every segment of a resumed run keeps its (step, settings, env)
         cfg_path = os.path.join(d, "config.json")
-        segments.append((rundir.segments(cfg_path) if starts else []) + [{"step": step, **{k: getattr(c, k) for k in rundir.SEGMENT}, "env": env}])
+        now = {"step": step, **{k: getattr(c, k) for k in rundir.SEGMENT}, "env": env}
+        segments.append((rundir.segments(cfg_path) if starts else []) + [now])
         write_json(cfg_path, {**dataclasses.asdict(c), "env": env, "segments": segments[-1]})
         kept = rundir.log_lines(log, step)
         atomic_write(log, lambda f, kept=kept: f.write("".join(kept).encode()))
@@ -265,7 +268,8 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
                     break
                 now = time.time()
                 elapsed += now - t0
-                n_hi = curriculum_n_max(it, cfg.curriculum_start, cfg.n_max, cfg.curriculum_every) if cfg.curriculum else cfg.n_max
+                n_hi = (curriculum_n_max(it, cfg.curriculum_start, cfg.n_max, cfg.curriculum_every) if cfg.curriculum
+                        else cfg.n_max)
                 head = {"step": done, "lr": lr_at(cfg, it), "n_max": n_hi}
                 clock = {"ms_per_step": 1000 * (now - t0) / (done - t0_step), "elapsed_s": elapsed}
                 t0, t0_step = now, done
@@ -287,7 +291,8 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
                 for s in range(len(seeds)):
                     st = ch.state(s)
                     ck = {"model": st["model"], "schedule": st["schedule"], "optimizer": st["optimizer"], "step": done,
-                          "elapsed": elapsed, "acc_stats": st["acc_stats"], "config": dataclasses.asdict(cfgs[s]), "rng": st["rng"]}
+                          "elapsed": elapsed, "acc_stats": st["acc_stats"], "config": dataclasses.asdict(cfgs[s]),
+                          "rng": st["rng"]}
                     if bad := rundir.non_finite(ck):
                         raise FloatingPointError(f"seed {seeds[s]}: non-finite weights at step {done} ({bad}); "
                                                  + rundir.last_good(ckpts[s]))

@@ -45,7 +45,8 @@ def refusal(cfg) -> str | None:
     if cfg.schedule not in STACKABLE:
         return f"--stack: schedule {cfg.schedule} does not stack (stackable: {', '.join(STACKABLE)})"
     for bad, why in ((cfg.dropout > 0, f"--dropout {cfg.dropout}"), (not cfg.looped, "--no-looped"),
-                     (cfg.bptt_k > 0, f"--bptt_k {cfg.bptt_k}"), (cfg.compile and not cfg.static, "--compile without --static")):
+                     (cfg.bptt_k > 0, f"--bptt_k {cfg.bptt_k}"),
+                     (cfg.compile and not cfg.static, "--compile without --static")):
         if bad:
             return f"--stack: {why} does not stack (see stack.py)"
     return None
@@ -297,7 +298,8 @@ class StackedSchedule(nn.Module):
             # L = sum_t q_t l_t + beta KL(q || p_G)
             task = (log_q.exp() * l).sum(2).mean(1)
             kl = self.first.beta * kl_divergence(log_q, self.first.log_prior).mean(1)
-            return task + kl, torch.stack([task.detach(), kl.detach(), full, (log_q.exp() * arange).sum(2).mean(1).detach()], 1)
+            depth = (log_q.exp() * arange).sum(2).mean(1)  # E_q[t]
+            return task + kl, torch.stack([task.detach(), kl.detach(), full, depth.detach()], 1)
         if self.name == "act":
             N, R, p = (v.view(S, B, *v.shape[1:]) for v in act_weights(torch.sigmoid(a).flatten(0, 1), self.first.eps))
             # yhat = sum_t p_t logits_t;  L = CE(yhat, y) + tau_act * (N + R)
@@ -314,7 +316,8 @@ class StackedSchedule(nn.Module):
         # R = -l(theta; x, y, tau);  L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x))
         R = -ce.detach()
         log_pi_tau = log_pi.gather(2, (tau - 1).unsqueeze(2)).squeeze(2)
-        halt = -((R - self.baseline.unsqueeze(1)).detach() * log_pi_tau).mean(1) - self.first.lambda_ent * entropy(log_pi).mean(1)
+        halt = (-((R - self.baseline.unsqueeze(1)).detach() * log_pi_tau).mean(1)
+                - self.first.lambda_ent * entropy(log_pi).mean(1))
         with torch.no_grad():  # b <- 0.9 b + 0.1 mean(R), per seed
             self.baseline.mul_(0.9).add_(0.1 * R.mean(1))
         n_grad = tau.float().mean(1)  # the active-set path's counts: tau steps with gradient, then up to T_max-1 without

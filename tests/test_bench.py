@@ -190,7 +190,8 @@ def test_bad_flag_as_a_command(tmp_path):
 def test_quick_run_prints_every_row_and_writes_the_json(tmp_path, capsys):
     path = tmp_path / "bench.json"
     rows = bench.main(TINY + ["--iters", "2", "--warmup", "0", "--threads", "1", "--json", str(path)])
-    assert [r[0] for r in rows] == ["(a)", "(b)", "(c)", "(d)", "(e)", "(d)", "(f)", "(g)", "(g)", "pad"]
+    assert [r[0] for r in rows] == ["(a)", "(b)", "(c)", "(d)", "(e)", "(d)", "(f)", "(g)", "(g)", "pad", "(h)", "(h)"]
+    assert "2 seeds" in rows[-1][1] and rows[-1][4].endswith("x") and "masked" in rows[-1][-1]  # --quick: S = 1, 2
     assert "predictions equal: yes" in rows[1][-1]
     assert [r[1].rsplit(", ", 1)[-1] for r in rows if r[0] == "(d)"] == ["active", "unroll"]
     assert "bf16" in rows[6][1] and rows[6][2].endswith(" ms")
