@@ -46,7 +46,7 @@ from itertools import accumulate
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import chunk
+import chunks
 import cli
 import config
 import evaluate
@@ -369,16 +369,16 @@ def separate_run(c: config.Config, device: str):
 
 
 def stack_rows(cfg: Config, device: str) -> list[list[str]]:
-    """(h): for each S, one stacked chunk (chunk.Chunk: the active set padded to the largest over the seeds),
+    """(h): for each S, one stacked chunk (chunks.Chunk: the active set padded to the largest over the seeds),
     the same chunk with masked compute (every row to the chunk's deepest step) and S separate runs, one
     step of each in turn on the seeds' own batches; seed-steps per second and the peak bytes of a step."""
     rows = []
     for S in [int(v) for v in cfg.stacks.split(",") if v.strip()]:
         cs = [dataclasses.replace(train_config(cfg, cfg.d_model), seed=cfg.seed + k, stack=S) for k in range(S)]
         seps = [separate_run(c, device) for c in cs]
-        chunks = {"stacked": chunk.Chunk(cs, device),
-                  "masked": chunk.Chunk([dataclasses.replace(c, active_set=False) for c in cs], device)}
-        steps = {"separate": lambda it: [one(it) for one in seps], **{k: ch.step for k, ch in chunks.items()}}
+        variants = {"stacked": chunks.Chunk(cs, device),
+                    "masked": chunks.Chunk([dataclasses.replace(c, active_set=False) for c in cs], device)}
+        steps = {"separate": lambda it: [one(it) for one in seps], **{k: ch.step for k, ch in variants.items()}}
         times = {k: [] for k in steps}
         for it in range(1 + cfg.stack_iters):
             for k, fn in steps.items():
@@ -387,8 +387,8 @@ def stack_rows(cfg: Config, device: str) -> list[list[str]]:
                     times[k].append(dt)
         rate = {k: S / statistics.median(v) for k, v in times.items()}
         it = 1 + cfg.stack_iters
-        peak = {"stacked": peak_bytes(lambda: chunks["stacked"].step(it), device),
-                "masked": peak_bytes(lambda: chunks["masked"].step(it), device),
+        peak = {"stacked": peak_bytes(lambda: variants["stacked"].step(it), device),
+                "masked": peak_bytes(lambda: variants["masked"].step(it), device),
                 "separate": peak_bytes(lambda: seps[0](it), device)}  # one run's step: a process of its own
         mib = {k: v / 2 ** 20 for k, v in peak.items()}
         rows.append(["(h)", f"{S} seeds d{cfg.d_model} stacked vs {S} separate runs: seed-steps/s",

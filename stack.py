@@ -46,7 +46,9 @@ def refusal(cfg) -> str | None:
         return f"--stack: schedule {cfg.schedule} does not stack (stackable: {', '.join(STACKABLE)})"
     for bad, why in ((cfg.dropout > 0, f"--dropout {cfg.dropout}"), (not cfg.looped, "--no-looped"),
                      (cfg.bptt_k > 0, f"--bptt_k {cfg.bptt_k}"),
-                     (cfg.compile and not cfg.static, "--compile without --static")):
+                     (cfg.compile and not cfg.static, "--compile without --static"),
+                     (cfg.ema > 0, f"--ema {cfg.ema}"), (cfg.loss_weight != "sample", f"--loss_weight {cfg.loss_weight}"),
+                     (cfg.schedule == "ponder" and cfg.prior == "uniform", "ponder --prior uniform")):
         if bad:
             return f"--stack: {why} does not stack (see stack.py)"
     return None

@@ -6,7 +6,7 @@ Train a looped transformer on one task with one stop schedule, then evaluate it.
     python train.py --task addition --preset paper        # the papers' scale, for a GPU
     python train.py --seeds 4 --out_dir out/dyck          # seeds 0..3 into out/dyck/seed{k}/, and a table row
     torchrun --nproc_per_node 2 train.py --seeds 8 --threads 1    # the same, seeds split over 2 processes
-    python train.py --preset paper --seeds 32 --stack 16 --static # a GPU: 16 seeds at a time as one program (chunk.py)
+    python train.py --preset paper --seeds 32 --stack 16 --static # a GPU: 16 seeds at a time as one program (chunks.py)
 
 A run directory holds ckpt.pt (model, schedule, optimizer, step, RNG states; loadable with
 weights_only=True), config.json, metrics.jsonl (one JSON line per log interval) and eval.json (every
@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-import chunk
+import chunks
 import evaluate
 import rundir
 import tables
@@ -190,7 +190,7 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
 def finish_run(cfg: Config, run_dir: str, model, schedule, task, T_eval: int, elapsed: float, env: dict, segments: list,
                device: str, ema: dict = None) -> dict:
     """Evaluate a trained run on the fixed test and validation sets (on its EMA weights, when it keeps them) and
-    write its eval.json (train_run; each seed of a --stack chunk, chunk.py)."""
+    write its eval.json (train_run; each seed of a --stack chunk, chunks.py)."""
     t_eval = time.time()
     lengths = rundir.lengths(cfg)
     if ema is not None:  # evaluate the EMA weights (the checkpoint keeps both: "model" raw, "ema" averaged)
@@ -250,7 +250,7 @@ def main(argv=None) -> None:
         rundir.plan(dataclasses.replace(cfg, seed=k, out_dir=d), d, single=cfg.seeds == 1)
     if cfg.tf32 and device.startswith("cuda"):  # TF32 inputs for the fp32 matmuls and convolutions
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    evals, failures = chunk.train_chunks(cfg, runs, rank, world, device, finish_run) if cfg.stack else ([], [])
+    evals, failures = chunks.train_chunks(cfg, runs, rank, world, device, finish_run) if cfg.stack else ([], [])
     for k, d in runs[rank::world] if not cfg.stack else []:  # rank r trains seeds r, r+P, ...
         run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
         with rundir.Lock(d):

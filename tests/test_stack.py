@@ -1,4 +1,4 @@
-"""--stack S (stack.py, chunk.py): stacked seed k is seed k trained alone; a NaN seed stops alone; a killed
+"""--stack S (stack.py, chunks.py): stacked seed k is seed k trained alone; a NaN seed stops alone; a killed
 chunk resumes bitwise; each seed's eval.json is its twin's; --static computes what the eager step does.
 The last tests break the stacking on purpose and check that the equivalence checks see it."""
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-import chunk
+import chunks
 import config
 import stack
 import train
@@ -56,7 +56,7 @@ def _separate(cfg, dtype, steps):
 
 
 def stacked(cs, dtype, steps=30, broken=lambda ch: None) -> list[dict]:
-    ch = chunk.Chunk(cs, "cpu", dtype=dtype)
+    ch = chunks.Chunk(cs, "cpu", dtype=dtype)
     broken(ch)
     for it in range(steps):
         assert ch.step(it) == []
@@ -82,7 +82,7 @@ def test_stacked_seeds_equal_separate_runs(schedule, dtype):
 
 def test_the_stacked_checkpoint_is_an_ordinary_one():
     cs = cfgs("rl", 2)
-    ch = chunk.Chunk(cs, "cpu")
+    ch = chunks.Chunk(cs, "cpu")
     ch.step(0)
     _, model, schedule = config.build(cs[1])
     st = ch.state(1)
@@ -108,6 +108,12 @@ def test_a_schedule_that_cannot_stack_is_refused_in_one_line():
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "trm_halt" in r.stderr
     r = train_cli("--static")
     assert r.returncode == 2 and "--static" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # the options of the anchors' code that the stacked step does not implement are refused, not ignored
+    cfg = lambda **kw: config.Config(seeds=2, stack=2, **kw)
+    assert "--ema 0.999" in stack.refusal(cfg(ema=0.999))
+    assert "--loss_weight token" in stack.refusal(cfg(loss_weight="token"))
+    assert "ponder --prior uniform" in stack.refusal(cfg(schedule="ponder", prior="uniform"))
+    assert stack.refusal(cfg(schedule="fixed_prior", prior="uniform")) is None
 
 
 def train_cli(*args):
@@ -171,7 +177,7 @@ def strip_clock(path):
 def test_killed_chunk_resumes_bitwise(tmp_path, monkeypatch, static):
     flags = ["--ckpt_interval", "7"] + (["--static"] if static else [])  # logs every 5: the resumed log line mixes both
     assert run(tmp_path, "a", *flags) == 0
-    real, calls = chunk.train_batch, {"n": 0}
+    real, calls = chunks.train_batch, {"n": 0}
 
     def crashing(*a, **k):  # the 16th step's batches (3 a step): killed after the checkpoint of step 14
         calls["n"] += 1
@@ -179,9 +185,9 @@ def test_killed_chunk_resumes_bitwise(tmp_path, monkeypatch, static):
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(chunk, "train_batch", crashing)
+    monkeypatch.setattr(chunks, "train_batch", crashing)
     assert run(tmp_path, "b", *flags) == 130
-    monkeypatch.setattr(chunk, "train_batch", real)
+    monkeypatch.setattr(chunks, "train_batch", real)
     assert ckpt(tmp_path / "b" / "seed2" / "ckpt.pt")["step"] == 14
     assert run(tmp_path, "b", "--resume", *flags) == 0
     for k in range(3):
@@ -274,7 +280,7 @@ def test_h200_rung_runs_on_the_cpu(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
     for row in ("fixed", "matched", "window"):
         for k in range(2):
-            d = tmp_path / "results" / "ladder" / "dyck" / "r_h200" / row / f"seed{k}"
+            d = tmp_path / "results" / "ladder" / "dyck" / "rH" / row / f"seed{k}"
             assert sorted(os.listdir(d)) == ["config.json", "eval.json", "metrics.jsonl"]
             e = json.load(open(d / "eval.json"))
             assert e["schedule"] == row and e["seed"] == k and e["config"]["stack"] == 2

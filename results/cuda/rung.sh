@@ -7,7 +7,7 @@
 #   2. max_iters = what fits BUDGET seconds for the three rows, after the measurement, process starts and
 #      each seed's evaluation
 #   3. the rows, one after the other; each finished seed's eval.json, config.json and metrics.jsonl are
-#      copied to OUT/results/ladder/dyck/r_h200/ROW/seedk/ as soon as its row ends (unpack OUT in the repo root)
+#      copied to OUT/results/ladder/dyck/rH/ROW/seedk/ as soon as its row ends (unpack OUT in the repo root)
 #
 #   bash results/cuda/rung.sh OUT [BUDGET]       # BUDGET default 450 s
 #   SMOKE=1 bash results/cuda/rung.sh OUT 60     # CPU, a tiny size, 2 seeds a row: does it run (tests/test_stack.py)
@@ -60,13 +60,13 @@ extra=""; [ "$MODE" = static ] && extra=--static
 # 3. the rows; each one's seeds go to OUT when it ends
 for r in "${ROWS[@]}"; do
   row=${r%% *}
-  d="$SCRATCH/results/ladder/dyck/r_h200/$row"
+  d="$SCRATCH/results/ladder/dyck/rH/$row"
   mkdir -p "$(dirname "$d")"
   # shellcheck disable=SC2086
   run "$d" "$ITERS" ${r#* } $extra || echo "row $row: train.py exited $? (see the log in OUT)"
   for s in "$d"/seed*/; do
     [ -f "$s/eval.json" ] || continue
-    dest="$OUT/results/ladder/dyck/r_h200/$row/$(basename "$s")"
+    dest="$OUT/results/ladder/dyck/rH/$row/$(basename "$s")"
     mkdir -p "$dest"
     cp "$s/eval.json" "$s/config.json" "$s/metrics.jsonl" "$dest/"
   done

@@ -5,7 +5,7 @@ the JSON rewritten after every row so a cut run keeps what it measured:
 
     today     the unstacked step (train.py's train_step) at --preset paper, dyck and addition, window:
               IEEE fp32, TF32, bf16 autocast
-    stacked   chunk.Chunk steps at --preset paper (bf16 autocast, TF32: the preset's defaults), S = 1, 8, 32:
+    stacked   chunks.Chunk steps at --preset paper (bf16 autocast, TF32: the preset's defaults), S = 1, 8, 32:
               eager (the active set padded over the seeds), --static, --static + CUDA graphs
               (torch.compile mode="reduce-overhead"); window first, then fixed and rl; dyck and addition
     estimate  the primary table (4 schedules x 4 tasks x 24 seeds x 100k steps) in GPU-hours at the best
@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 import bench  # noqa: E402
-import chunk  # noqa: E402
+import chunks  # noqa: E402
 import config  # noqa: E402
 import train  # noqa: E402
 
@@ -135,7 +135,7 @@ def main(argv=None) -> dict:
                 m["seed_steps_per_s"] = 1e3 / m["ms"]
             else:
                 cfg = paper_cfg(task, schedule, a.smoke, stack=size, static=mode != "eager", compile=mode == "graphs")
-                ch = chunk.Chunk([dataclasses.replace(cfg, seed=k) for k in range(size)], device)
+                ch = chunks.Chunk([dataclasses.replace(cfg, seed=k) for k in range(size)], device)
                 with tf32(cfg.tf32):
                     m = measure(ch.step, a.steps, device)
                 m["seed_steps_per_s"] = size * 1e3 / m["ms"]
