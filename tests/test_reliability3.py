@@ -371,5 +371,6 @@ def test_unclear_evaluate_plot_creates_its_folder(base, tmp_path, capsys):
     d = copy_run(base, tmp_path / "run")
     assert evaluate.cli([str(d), "--plot", str(tmp_path / "new" / "plots")]) == 0
     assert (tmp_path / "new" / "plots").is_dir()
+    capsys.readouterr()  # without matplotlib the first call said "--plot skipped" (one line, exit 0)
     (tmp_path / "afile").write_text("x")
     assert "not a writable folder" in one_line(capsys, evaluate.cli([str(d), "--plot", str(tmp_path / "afile" / "p")]))
