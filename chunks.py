@@ -39,7 +39,7 @@ from tqdm import tqdm
 import evaluate
 import rundir
 import stack
-from cli import atomic_write, sigint_ignored, write_json
+from cli import atomic_write, log_line, sigint_ignored, write_json
 from config import build, lr_at, seeds_of, stream, trained_depth
 from tasks import IGNORE, PAD, curriculum_n_max, eval_set, train_batch
 
@@ -277,13 +277,10 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
                     rec = {**head, **means, **clock}
                     if done % cfg.eval_interval == 0 or done == cfg.max_iters:  # the policy's ID exact match
                         model, schedule = ch.twin(s)
-                        scores = evaluate.score_sets(model.eval(), schedule, id_sets, T_eval, cfg.eval_batch_size, device)
-                        rec["id_acc"] = 100 * torch.cat([v["exact"][v["depth"] - 1, torch.arange(len(v["depth"]))]
-                                                         for v in scores.values()]).float().mean().item()
+                        rec["id_acc"] = evaluate.policy_id_acc(model, schedule, id_sets, T_eval, cfg.eval_batch_size, device)
                     with open(logs[s], "a") as f:
                         f.write(json.dumps(rec) + "\n")
-                    msg = " | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items())
-                    (bar.write if not bar.disable else print)(f"seed {seeds[s]} | {msg}")
+                    (bar.write if not bar.disable else print)(f"seed {seeds[s]} | {log_line(rec)}")
                 t0 = time.time()
             if done % cfg.ckpt_interval == 0 or done == cfg.max_iters:
                 sync(done)

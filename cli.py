@@ -33,6 +33,11 @@ def fmt(v, spec=".1f"):
     return "-" if v is None else format(v, spec)
 
 
+
+def log_line(rec: dict) -> str:
+    """One log record as the training loops print it: `key value | key value`, floats to 4 digits."""
+    return " | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items())
+
 def opt(default, help: str, **meta):
     """A Config field: its default, its --help text, and optionally choices=[...] and section="..."."""
     return field(default=default, metadata={"help": help, **meta})

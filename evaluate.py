@@ -84,6 +84,13 @@ def score_sets(model, schedule, sets: dict, T_test: int, batch_size: int, device
     return out
 
 
+
+def policy_id_acc(model, schedule, id_sets: dict, T_test: int, batch_size: int, device: str) -> float:
+    """Exact match in % at the schedule's own test depth over the ID sets: the training loops' id_acc."""
+    scores = score_sets(model.eval(), schedule, id_sets, T_test, batch_size, device)
+    return 100 * torch.cat([v["exact"][v["depth"] - 1, torch.arange(len(v["depth"]))]
+                            for v in scores.values()]).float().mean().item()
+
 def samples(sets: dict):
     """(n, prompt, answer) of every sample of {n: (x, y, n, Tn)}: the tokens without padding and the
     targets at the scored positions."""

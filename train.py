@@ -29,7 +29,7 @@ import chunks
 import evaluate
 import rundir
 import tables
-from cli import atomic_write, parse, run, sigint_ignored, write_json
+from cli import atomic_write, log_line, parse, run, sigint_ignored, write_json
 from config import RECIPES, Config, build, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
 from tasks import curriculum_n_max, eval_set, train_batch
 
@@ -164,14 +164,11 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
                 t0, t0_step, acc_stats = now, done, {}
                 if done % cfg.eval_interval == 0 or done == cfg.max_iters:  # the policy's ID exact match
                     with eager():
-                        scores = evaluate.score_sets(model.eval(), schedule, id_sets, T_eval, cfg.eval_batch_size, device)
+                        rec["id_acc"] = evaluate.policy_id_acc(model, schedule, id_sets, T_eval, cfg.eval_batch_size, device)
                     model.train()
-                    rec["id_acc"] = 100 * torch.cat([v["exact"][v["depth"] - 1, torch.arange(len(v["depth"]))]
-                                                     for v in scores.values()]).float().mean().item()
                 with open(log_path, "a") as f:
                     f.write(json.dumps(rec) + "\n")
-                msg = " | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items())
-                (bar.write if not bar.disable else print)(msg)
+                (bar.write if not bar.disable else print)(log_line(rec))
                 t0 = time.time()
             if done % cfg.ckpt_interval == 0 or done == cfg.max_iters:
                 t_save = time.time()

@@ -159,20 +159,16 @@ def compare(ra: list, rb: list, key: str, spread: bool, limit_a: int = None, lim
     out = {"pairs": len(pairs), "n": len(conv), "a": a, "b": b}
     if len(conv) < (3 if spread else 2):
         return {**out, "p": None}
+    aa, bb = value(by_a, pairs), value(by_b, pairs)  # every declared pair, converged or not (secondary)
     if spread:
-        out["p"] = stats.paired_spread(a, b)["p"]
-        out["p_robust"] = stats.paired_spread(a, b, robust=True)["p"]
-        out["p_unpaired"] = stats.brown_forsythe(a, b)["p"]
         ci = stats.paired_interval(a, b, lambda x, y: stats.spread_stat(x, y, False))
-        out.update(da=float(a.std(ddof=1)), db=float(b.std(ddof=1)), lo=ci["lo"], hi=ci["hi"])
-        aa, bb = value(by_a, pairs), value(by_b, pairs)
-        out["p_all"] = stats.paired_spread(aa, bb)["p"] if len(pairs) >= 3 else None
+        out.update(p=stats.paired_spread(a, b)["p"], p_robust=stats.paired_spread(a, b, robust=True)["p"],
+                   p_unpaired=stats.brown_forsythe(a, b)["p"], p_all=stats.paired_spread(aa, bb)["p"],
+                   da=float(a.std(ddof=1)), db=float(b.std(ddof=1)), lo=ci["lo"], hi=ci["hi"])
     else:
         t = stats.paired_t(a, b)
         out.update(p=t["p"], p_robust=stats.wilcoxon(a, b)["p"], p_unpaired=stats.welch(a, b)["p"],
-                   da=float(a.mean()), db=float(b.mean()), lo=t["lo"], hi=t["hi"])
-        aa, bb = value(by_a, pairs), value(by_b, pairs)
-        out["p_all"] = stats.paired_t(aa, bb)["p"] if len(pairs) >= 2 else None
+                   p_all=stats.paired_t(aa, bb)["p"], da=float(a.mean()), db=float(b.mean()), lo=t["lo"], hi=t["hi"])
     return out
 
 
