@@ -15,7 +15,8 @@
 # and on an H200 (results/cuda/rung.sh): rH, the paper's width (d_model 256).
 # A run is `python train.py --task TASK --seed k --seeds 1 --threads 1 --out_dir
 # results/ladder/TASK/RUNG/ROW/seedk FLAGS`; a killed lane resumes (--resume) where it stopped and skips
-# finished runs (eval.json). The queue is seed-major, so a lane cut short leaves balanced rows.
+# finished runs (eval.json). The queue is seed-major, so a lane cut short leaves balanced rows; within a rung
+# dyck comes first (a third of copy's minutes a seed), so one task's rung completes a sitting sooner.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LANE=${LANE:-0}
@@ -24,7 +25,7 @@ LANES=${LANES:-1}
 steps() { case "$1" in dyck) echo 800 ;; copy) echo 1500 ;; esac; }  # the CPU recipes' max_iters (train.py)
 queue() {
   for rung in r2 rE r3; do
-    for task in copy dyck; do
+    for task in dyck copy; do
       local s=$(( 3 * $(steps $task) )) extra="--d_model 64"
       [ $rung = r3 ] && extra="--d_model 128"
       [ $rung = rE ] && extra="--d_model 64 --ema 0.999"
