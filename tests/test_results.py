@@ -128,3 +128,35 @@ def test_a_verdict_reads_the_holm_adjusted_p(monkeypatch):
     assert all(v.verdict.startswith("not significant at 16 pairs") for v in head)
     alone = study.verdicts("toy", {"window": tight, "matched": wide})
     assert [v.verdict for v in alone if v.claim.rows == ("window", "matched") and v.claim.spread][0].startswith("reproduced")
+
+
+def ladder_rungs(spreads: dict, unconverged: int = 0) -> dict:
+    """Synthetic ladder rungs: {rung: {row: Std}} -> eval dicts of 8 seeds (the first `unconverged` at ID 90)."""
+    rungs = {}
+    for rung, rows in spreads.items():
+        steps = {"r1": 800, "r2": 2400, "rE": 2400, "r3": 2400}[rung]
+        width = 128 if rung == "r3" else 64
+        rungs[rung] = {row: [{"seed": k, "config": {"max_iters": steps, "d_model": width},
+                              "metrics": {"oracle_ood": 50.0 + sd * (k - 3.5) / 2.45,
+                                          "policy_id": 90.0 if k < unconverged else 100.0}} for k in range(8)]
+                       for row, sd in rows.items()}
+    return rungs
+
+
+def test_ladder_answer_finds_the_failure_mode_only_where_it_is():
+    import ladder
+    flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
+    wide = {"fixed": 30.0, "matched": 3.0, "window": 3.0}
+    rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": wide})
+    text = "\n".join(ladder.answer("copy", rungs, ladder.family("copy", rungs), ladder.growth("copy", rungs)))
+    assert "at r3 the window spreads less than fixed" in text and "Part C's rung: r3" in text
+    assert "r3 vs r1: grows" in text
+    rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": flat})
+    text = "\n".join(ladder.answer("copy", rungs, ladder.family("copy", rungs), ladder.growth("copy", rungs)))
+    assert "no complete rung up to r3 (2400 steps x d_model 128) shows it" in text and "Part C's rung: r1" in text
+    # r1 converges on 7 of 8 seeds (< 90%): part C moves to the next rung; an incomplete rung postpones the choice
+    rungs = ladder_rungs({"r1": flat}, unconverged=1) | ladder_rungs({"r2": flat, "rE": flat, "r3": flat})
+    assert "Part C's rung: r2" in "\n".join(ladder.answer("copy", rungs, ladder.family("copy", rungs), ladder.growth("copy", rungs)))
+    del rungs["rE"]["window"][7]
+    text = "\n".join(ladder.answer("copy", rungs, ladder.family("copy", rungs), ladder.growth("copy", rungs)))
+    assert "rE (23 of 24 runs)" in text and "not chosen until" in text
