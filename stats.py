@@ -230,6 +230,13 @@ def paired_spread(a, b, robust: bool = False, n_perm: int = 20_000, seed: int = 
     return {"stat": t, "p": p}
 
 
+def spread_floor(n: int, n_perm: int = 20_000) -> float:
+    """The smallest p paired_spread can return at n pairs: the observed pattern and its mirror (all swapped)
+    give the same |T|, so 2 / 2^n exactly (n <= 16), 1 / (1 + n_perm) when sampled. At 5 pairs it is 0.0625:
+    no data could give p < 0.05."""
+    return 2 / 2 ** n if n <= 16 else 1 / (1 + n_perm)
+
+
 def paired_interval(a, b, stat, n_boot: int = 10_000, seed: int = 0) -> dict:
     """Percentile bootstrap 95% interval of stat(a, b) (e.g. spread_stat), resampling seeds with
     replacement and keeping each seed's pair together."""

@@ -85,8 +85,9 @@ def adjust(tests: list) -> list:
     """Holm within each rung's family, over the tests that ran."""
     for rung in RUNGS:
         ran = [t for t in tests if t["rung"] == rung and t["result"] is not None and t["result"]["p"] is not None]
-        for t, p in zip(ran, stats.holm([t["result"]["p"] for t in ran])):
-            t["p_holm"] = p
+        ps = [t["result"]["p"] for t in ran]
+        for t, p in zip(ran, stats.holm(ps)):
+            t["p_holm"], t["family_ps"] = p, ps
     return tests
 
 
@@ -170,7 +171,8 @@ def verdict(t: dict, higher=False) -> str:
     if r["p"] is None:
         return f"too few converged pairs ({r['n']} of {r['pairs']})"
     short = r["pairs"] < SEEDS
-    return study.word(r, higher, True, t["p_holm"], short) + (f"; interim look, {r['pairs']} of {SEEDS} pairs" if short else "")
+    floor = study.undecidable(r, t["family_ps"]) if t["p_holm"] >= 0.05 else ""
+    return study.word(r, higher, True, t["p_holm"], short) + floor + (f"; interim look, {r['pairs']} of {SEEDS} pairs" if short else "")
 
 
 def table(task: str, rungs: dict) -> list[str]:

@@ -188,6 +188,19 @@ def word(c: dict, higher, spread: bool, p_adj, interim: bool) -> str:
     return ("reproduced" if (c["da"] > c["db"]) == higher else "contradicted") + f" ({diff})"
 
 
+def undecidable(r: dict, ps: list) -> str:
+    """For a spread test in a Holm family with raw p-values ps (its own among them): a note when even the
+    smallest p its pair count allows could not give Holm p < 0.05, given the family's other p-values."""
+    if r is None or r["p"] is None:
+        return ""
+    floor = stats.spread_floor(r["n"])
+    others = [p for p in ps if p is not None]
+    others.remove(r["p"])
+    bound = min(1.0, (1 + len(others) - sum(p < floor for p in others)) * floor)
+    return (f"; undecidable here: at {r['n']} pairs the test cannot go below p = {floor:.2g}, Holm p >= {bound:.2g}"
+            if bound >= 0.05 else "")
+
+
 class Claim(NamedTuple):
     text: str
     headline: bool  # one of the four spread claims README.md's headline shows
@@ -234,7 +247,8 @@ def verdicts(task: str, rows: dict, claims: list[Claim] = None) -> list[Verdict]
                        compare(rows[a], rows[b], c.key, c.spread, declared(a), declared(b)))
     adj = [None] * len(claims)
     idx = [i for i, r in enumerate(results) if r is not None]
-    for i, p in zip(idx, stats.holm([results[i]["p"] for i in idx])):
+    ps = [results[i]["p"] for i in idx]
+    for i, p in zip(idx, stats.holm(ps)):
         adj[i] = p
     out = []
     for c, r, p in zip(claims, results, adj):
@@ -244,7 +258,7 @@ def verdicts(task: str, rows: dict, claims: list[Claim] = None) -> list[Verdict]
             continue
         short = [f"{n} {sum(e['seed'] < declared(n) for e in rows[n])} of {declared(n)}" for n in c.rows
                  if sum(e["seed"] < declared(n) for e in rows[n]) < declared(n)]
-        v = word(r, c.higher, c.spread, p, bool(short))
+        v = word(r, c.higher, c.spread, p, bool(short)) + (undecidable(r, ps) if c.spread and p is not None and p >= 0.05 else "")
         out.append(Verdict(c, r, p, v + (f"; interim look, declared seeds: {', '.join(short)}" if short else "")))
     return out
 
@@ -260,7 +274,9 @@ def verdict_table(vs: list[Verdict]) -> list[str]:
     return lines + ["", "Paired p: the permutation test of Std (spreads) or the paired t-test (means) on the pairs that "
                     "converged in both rows; robust p: its MAD variant / the Wilcoxon signed-rank test; unpaired p: "
                     "Brown-Forsythe / Welch on the same seeds; all pairs: the paired test on every declared pair, "
-                    "converged or not. Holm adjusts the paired p over the claims of this task (one family).", ""]
+                    "converged or not. Holm adjusts the paired p over the claims of this task (one family). "
+                    "\"Undecidable here\": at its pair count the exact permutation test cannot go below p = 2 / 2^n "
+                    "(stats.spread_floor), and even that p would not pass Holm in this family.", ""]
 
 
 def pyplot():

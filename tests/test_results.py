@@ -160,3 +160,13 @@ def test_ladder_answer_finds_the_failure_mode_only_where_it_is():
     del rungs["rE"]["window"][7]
     text = "\n".join(ladder.answer("copy", rungs, ladder.family("copy", rungs), ladder.growth("copy", rungs)))
     assert "rE (23 of 24 runs)" in text and "not chosen until" in text
+
+
+def test_a_spread_verdict_says_when_its_pair_count_could_not_reach_significance():
+    import study
+    few, many = {"n": 5, "p": 0.3}, {"n": 16, "p": 0.3}
+    assert "cannot go below p = 0.062, Holm p >= 0.12" in study.undecidable(few, [0.3, 0.5])
+    assert "Holm p >= 0.062" in study.undecidable(few, [0.3, 0.001])  # the other test ranks first: x1, floor 0.0625
+    assert study.undecidable(many, [0.3] + [0.9] * 14) == ""  # 16 pairs: 15 x 2 / 2^16 is far below 0.05
+    eight = {"n": 8, "p": 0.4}  # the ladder: 2 x 2 / 2^8 = 0.016 can reject; a 10-test family (0.078) could not
+    assert study.undecidable(eight, [0.4, 0.9]) == "" and "Holm p >= 0.078" in study.undecidable(eight, [0.4] + [0.9] * 9)

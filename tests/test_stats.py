@@ -160,3 +160,13 @@ def test_paired_interval_covers_the_difference():
     a, b = np.arange(20.0) * 2, np.arange(20.0)  # Std(a) - Std(b) = Std(b) ~ 5.9 exactly
     r = stats.paired_interval(a, b, lambda x, y: stats.spread_stat(x, y, False))
     assert r["lo"] < np.std(b, ddof=1) < r["hi"] and r["lo"] > 0
+
+
+def test_spread_floor_is_the_smallest_p_the_permutation_test_returns():
+    rng = np.random.default_rng(3)
+    for n in range(3, 10):
+        a, b = 50 + 100 * (-1.0) ** np.arange(n), 50 + rng.normal(0, 1e-3, n)  # every partial swap narrows |T|
+        assert stats.paired_spread(a, b)["p"] == pytest.approx(stats.spread_floor(n))
+        ps = [stats.paired_spread(rng.normal(0, 1, n), rng.normal(0, 3, n))["p"] for _ in range(30)]
+        assert min(ps) >= stats.spread_floor(n) - 1e-12
+    assert stats.spread_floor(5) > 0.05 > stats.spread_floor(6)
