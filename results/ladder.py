@@ -149,18 +149,23 @@ def answer(task: str, rungs: dict, tests: list, grown: list) -> list[str]:
                      f"no change significant at Holm p < 0.05 ({len(g)} growth tests ran)") + ".")
     if todo:
         lines.append("Not complete yet: " + ", ".join(todo) + ".")
-    if any(r not in done for r in CPU_RUNGS):
-        lines.append("Part C's rung (the main table again): not chosen until " + ", ".join(CPU_RUNGS) + " are complete.")
-    else:
-        if shows:
-            pick = max({t["rung"] for t in shows}, key=lambda r: max(std(r, "fixed"), std(r, "matched")))
-            why = "the screen shows the failure mode there, with the largest deterministic Std; seeds 8-23, fresh"
-        else:
-            ok = [r for r in done if all(sum(map(study.converged, rungs[r][row])) >= CONVERGE_FRACTION * len(rungs[r][row]) for row in ROWS)]
-            pick, why = (ok[0], f"no rung shows the failure mode; the least compute where every row converged on >= 90% of its seeds; seeds 0-15") if ok else (None, "")
-        lines.append(f"Part C's rung: {pick} ({why})." if pick else
-                     "Part C's rung: none yet; no complete rung shows the failure mode or converges on >= 90% of every row.")
+    lines.append(part_c(rungs, done, shows, std))
     return lines + [""]
+
+
+def part_c(rungs: dict, done: list, shows: list, std) -> str:
+    """The declared rule for the rung (and seeds) of part C, once the CPU rungs are complete."""
+    if any(r not in done for r in CPU_RUNGS):
+        return "Part C's rung (the main table again): not chosen until " + ", ".join(CPU_RUNGS) + " are complete."
+    if shows:
+        pick = max({t["rung"] for t in shows}, key=lambda r: max(std(r, "fixed"), std(r, "matched")))
+        return f"Part C's rung: {pick} (the screen shows the failure mode there, with the largest deterministic Std; seeds 8-23, fresh)."
+    converges = lambda runs: sum(map(study.converged, runs)) >= CONVERGE_FRACTION * len(runs)
+    ok = [r for r in done if all(converges(rungs[r][row]) for row in ROWS)]
+    if not ok:
+        return "Part C's rung: none yet; no complete rung shows the failure mode or converges on >= 90% of every row."
+    return (f"Part C's rung: {ok[0]} (no rung shows the failure mode; the least compute where every row converged "
+            "on >= 90% of its seeds; seeds 0-15).")
 
 
 def verdict(t: dict, higher=False) -> str:
