@@ -24,7 +24,7 @@ LANES=${LANES:-1}
 
 steps() { case "$1" in dyck) echo 800 ;; copy) echo 1500 ;; esac; }  # the CPU recipes' max_iters (train.py)
 queue() {
-  for rung in r2 rE r3; do
+  for rung in r2 r3 rE; do  # r3 before rE: the question needs r1-r3 (a 12x span); rE is the side question
     for task in dyck copy; do
       local s=$(( 3 * $(steps $task) )) extra="--d_model 64"
       [ $rung = r3 ] && extra="--d_model 128"
