@@ -168,6 +168,32 @@ def part_c(rungs: dict, done: list, shows: list, std) -> str:
             "on >= 90% of its seeds; seeds 0-15).")
 
 
+def budget(task: str, rungs: dict) -> list[str]:
+    """What the CPU rungs have left, in lane-hours (one run on one core): the median minutes of a row's
+    committed runs (train + eval), or, for a row with none yet, r2's median scaled by the rung's compute."""
+    def median_min(runs):
+        return statistics.median((e["train_time_s"] + e["eval_time_s"]) / 60 for e in runs)
+    rows, total = [], 0.0
+    for rung in CPU_RUNGS:
+        for row in ROWS:
+            runs = rungs.get(rung, {}).get(row, [])
+            base = rungs.get("r2", {}).get(row, [])
+            if runs:
+                m, how = median_min(runs), "measured"
+            elif base:
+                m, how = median_min(base) * RUNGS[rung][1] / RUNGS["r2"][1] * (RUNGS[rung][2] / 64) ** 2, "r2 x compute"
+            else:
+                continue
+            left = SEEDS - len(runs)
+            total += left * m / 60
+            rows.append(f"| {rung} | {row} | {len(runs)} / {SEEDS} | {m:.0f} ({how}) | {left * m / 60:.1f} |")
+    return ["| rung | row | runs done | minutes a run | lane-hours left |", "|---|---|---|---|---|", *rows, "",
+            f"Left on the CPU rungs of {task}: {total:.0f} lane-hours, about {total / 2:.0f} hours of this 2-core "
+            "machine with two lanes. Minutes a run: the median of the committed runs' train + eval time, under "
+            "whatever else ran beside them then; for a row with no run yet, r2's scaled by steps x width^2 "
+            "(an estimate).", ""]
+
+
 def verdict(t: dict, higher=False) -> str:
     """A declared test's words (higher=False: the paper's direction, a spreads less; None: two-sided)."""
     r = t["result"]
@@ -211,7 +237,8 @@ def table(task: str, rungs: dict) -> list[str]:
     for t in grown:
         if t["result"] is not None:
             lines.append(test_row(t, f"{t['row']}: {t['a']} vs {t['b']}", verdict(t, None)))
-    return lines + [""] + answer(task, rungs, tests, grown) + [f"![{task}: the ladder, per seed](ladder/{task}.png)", ""]
+    return (lines + [""] + answer(task, rungs, tests, grown) + [f"![{task}: the ladder, per seed](ladder/{task}.png)", ""]
+            + budget(task, rungs))
 
 
 def test_row(t: dict, name: str, word: str) -> str:
