@@ -263,12 +263,12 @@ def plot(plt, task: str, rungs: dict) -> None:
     ax.set(ylabel=f"{name} (%)", title=f"{task}: one dot per seed (hollow: not converged)", ylim=(-2, 102))
     ax.legend(fontsize=8, loc="lower left")
     for row in ROWS:
-        pts = [(cx[r], statistics.stdev(v)) for r, rows in rungs.items() if r != "rE"
-               if len(v := [e["metrics"][key] for e in rows.get(row, []) if study.converged(e)]) > 1]
+        pts = [(cx[r], statistics.stdev(v)) for r, rows in rungs.items() if r != "rE" and len(rows.get(row, [])) >= SEEDS
+               if len(v := [e["metrics"][key] for e in rows[row] if study.converged(e)]) > 1]
         if pts:
             bx.plot(*zip(*pts), "o-", color=colors[row], label=row)
     bx.set(xscale="log", xlabel="training compute (x rung r1)", ylabel="Std over converged seeds",
-           title="spread vs compute (no EMA)")
+           title="spread vs compute (rows with all 8 seeds; no EMA)")
     bx.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(LADDER, f"{task}.png"), dpi=110, metadata={"Software": None})
