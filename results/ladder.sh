@@ -15,8 +15,9 @@
 # and on an H200 (results/cuda/rung.sh): rH, the paper's width (d_model 256).
 # A run is `python train.py --task TASK --seed k --seeds 1 --threads 1 --out_dir
 # results/ladder/TASK/RUNG/ROW/seedk FLAGS`; a killed lane resumes (--resume) where it stopped and skips
-# finished runs (eval.json). The queue is seed-major, so a lane cut short leaves balanced rows; within a rung
-# dyck comes first (a third of copy's minutes a seed), so one task's rung completes a sitting sooner.
+# finished runs (eval.json). The queue is seed-major, so a lane cut short leaves balanced rows. It answers
+# dyck's question first (r2, then r3: a 12x span; dyck's seed costs a third of copy's minutes and dyck is the
+# task whose models learn the rule), then copy's r2 and rE (copy's convergence), then dyck's rE, then copy's r3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LANE=${LANE:-0}
@@ -24,16 +25,16 @@ LANES=${LANES:-1}
 
 steps() { case "$1" in dyck) echo 800 ;; copy) echo 1500 ;; esac; }  # the CPU recipes' max_iters (train.py)
 queue() {
-  for rung in r2 r3 rE; do  # r3 before rE: the question needs r1-r3 (a 12x span); rE is the side question
-    for task in dyck copy; do
-      local s=$(( 3 * $(steps $task) )) extra="--d_model 64"
-      [ $rung = r3 ] && extra="--d_model 128"
-      [ $rung = rE ] && extra="--d_model 64 --ema 0.999"
-      for k in 0 1 2 3 4 5 6 7; do
-        echo "$task $rung fixed $k --schedule fixed --max_iters $s $extra"
-        echo "$task $rung matched $k --schedule matched --max_iters $s $extra"
-        echo "$task $rung window $k --schedule window --w 5 --max_iters $s $extra"
-      done
+  local task rung
+  for pair in dyck:r2 dyck:r3 copy:r2 copy:rE dyck:rE copy:r3; do
+    task=${pair%:*} rung=${pair#*:}
+    local s=$(( 3 * $(steps $task) )) extra="--d_model 64"
+    [ $rung = r3 ] && extra="--d_model 128"
+    [ $rung = rE ] && extra="--d_model 64 --ema 0.999"
+    for k in 0 1 2 3 4 5 6 7; do
+      echo "$task $rung fixed $k --schedule fixed --max_iters $s $extra"
+      echo "$task $rung matched $k --schedule matched --max_iters $s $extra"
+      echo "$task $rung window $k --schedule window --w 5 --max_iters $s $extra"
     done
   done
 }
