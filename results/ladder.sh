@@ -15,9 +15,9 @@
 # and on an H200 (results/cuda/rung.sh): rH, the paper's width (d_model 256).
 # A run is `python train.py --task TASK --seed k --seeds 1 --threads 1 --out_dir
 # results/ladder/TASK/RUNG/ROW/seedk FLAGS`; a killed lane resumes (--resume) where it stopped and skips
-# finished runs (eval.json). The queue is seed-major, so a lane cut short leaves balanced rows. It answers
-# dyck's question first (r2, then r3: a 12x span; dyck's seed costs a third of copy's minutes and dyck is the
-# task whose models learn the rule), then copy's r2 and rE (copy's convergence), then dyck's rE, then copy's r3.
+# finished runs (eval.json). The queue is seed-major, so a lane cut short leaves balanced rows, and task by
+# task: dyck's r2, r3 (the 12x span) and rE, then copy's r2, rE and r3, so that one task's answer and part C's
+# rung (ladder.part_c needs a task's r2, r3 and rE) are settled first; dyck's seed costs a third of copy's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LANE=${LANE:-0}
@@ -26,7 +26,7 @@ LANES=${LANES:-1}
 steps() { case "$1" in dyck) echo 800 ;; copy) echo 1500 ;; esac; }  # the CPU recipes' max_iters (train.py)
 queue() {
   local task rung
-  for pair in dyck:r2 dyck:r3 copy:r2 copy:rE dyck:rE copy:r3; do
+  for pair in dyck:r2 dyck:r3 dyck:rE copy:r2 copy:rE copy:r3; do
     task=${pair%:*} rung=${pair#*:}
     local s=$(( 3 * $(steps $task) )) extra="--d_model 64"
     [ $rung = r3 ] && extra="--d_model 128"
