@@ -22,6 +22,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LANE=${LANE:-0}
 LANES=${LANES:-1}
+bad() { echo "results/ladder.sh: $1" >&2; exit 2; }
+case "${1:-}" in ""|--list|--tables-only) ;; *) bad "unknown argument '$1' (allowed: none, --list, --tables-only)" ;; esac
+[ $# -le 1 ] || bad "one argument at most, got $#"
+[[ "$LANES" =~ ^[1-9][0-9]*$ ]] || bad "LANES=$LANES must be a positive integer"
+[[ "$LANE" =~ ^[0-9]+$ ]] && [ "$LANE" -lt "$LANES" ] || bad "LANE=$LANE must be an integer in 0..$((LANES - 1)) (LANES=$LANES)"
 
 steps() { case "$1" in dyck) echo 800 ;; copy) echo 1500 ;; esac; }  # the CPU recipes' max_iters (train.py)
 queue() {

@@ -21,6 +21,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 NPROC=${NPROC:-2}
 STAGE=${STAGE:-all}
+bad() { echo "results/study.sh: $1" >&2; exit 2; }
+case "${1:-}" in ""|--tables-only) ;; *) bad "unknown argument '$1' (allowed: none, --tables-only)" ;; esac
+[ $# -le 1 ] || bad "one argument at most, got $#"
+[[ "$NPROC" =~ ^[1-9][0-9]*$ ]] || bad "NPROC=$NPROC must be a positive integer"
+[[ "$STAGE" =~ ^(all|[1-7])$ ]] || bad "STAGE=$STAGE must be all or one of 1-7"
 
 row() {  # row TASK NAME SEEDS FLAGS...: seeds 0..SEEDS-1 of one table row
   local task=$1 name=$2 seeds=$3 out="results/study/$1/$2"
