@@ -200,16 +200,18 @@ def test_bad_input_from_the_shell():
     ("ladder.sh", {}, ["--table-only"], "'--table-only'"), ("ladder.sh", {}, ["--list", "x"], "got 2"),
     ("ladder.sh", {"LANES": "0"}, [], "LANES=0"), ("ladder.sh", {"LANE": "2", "LANES": "2"}, [], "LANE=2"),
     ("study.sh", {}, ["--tabels"], "'--tabels'"), ("study.sh", {"STAGE": "8"}, [], "STAGE=8"),
-    ("study.sh", {"NPROC": "x"}, [], "NPROC=x")])
+    ("study.sh", {"NPROC": "x"}, [], "NPROC=x"), ("cuda/rung.sh", {}, [], "usage"),
+    ("cuda/rung.sh", {}, ["out", "abc"], "'abc'"), ("cuda/run.sh", {}, ["out", "4.5"], "'4.5'")])
 def test_bad_input_to_the_study_scripts(tmp_path, script, env, argv, word):
-    """A typo must not start hours of training: the script, copied alone into an empty tree, exits 2 with
-    one line and writes nothing there."""
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / script).write_bytes(open(os.path.join(ROOT, "results", script), "rb").read())
-    r = subprocess.run(["bash", str(tmp_path / "results" / script), *argv], capture_output=True, text=True,
-                       env={**os.environ, **env}, timeout=60)
+    """A typo must not start hours of training (or spend a GPU lease): the script, copied alone into an
+    empty tree, exits 2 with one line and writes nothing there."""
+    path = tmp_path / "results" / script
+    path.parent.mkdir(parents=True)
+    path.write_bytes(open(os.path.join(ROOT, "results", script), "rb").read())
+    r = subprocess.run(["bash", str(path), *argv], capture_output=True, text=True, env={**os.environ, **env},
+                       cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr and not r.stdout, r
-    assert {p.name for p in tmp_path.rglob("*")} == {"results", script}
+    assert sorted(tmp_path.rglob("*")) == sorted([path, *path.parents][:len(path.relative_to(tmp_path).parts)])
 
 
 # --- data loss and mix-ups ------------------------------------------------------------------------------

@@ -12,8 +12,10 @@
 # the device differs, and eval.json records it (env.hardware), so a table can say which seeds ran where.
 set -u
 cd "$(dirname "$0")/../.."
-OUT=${1:?usage: run.sh OUT [BUDGET]}
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: run.sh OUT [BUDGET] (got $# arguments)" >&2; exit 2; }
+OUT=$1
 BUDGET=${2:-470}
+[[ "$BUDGET" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: BUDGET '$BUDGET' must be a positive number of seconds" >&2; exit 2; }
 WORKERS=${WORKERS:-14}
 ONLY=${ONLY:-.}  # a regex on the queue's lines "TASK ROW SEED FLAGS" (e.g. ONLY='^dyck rl (8|9) '); CHECK=0: no checks
 start=$(date +%s)

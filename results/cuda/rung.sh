@@ -13,8 +13,10 @@
 #   SMOKE=1 bash results/cuda/rung.sh OUT 60     # CPU, a tiny size, 2 seeds a row: does it run (tests/test_stack.py)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${1:?usage: rung.sh OUT [BUDGET]}
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: rung.sh OUT [BUDGET] (got $# arguments)" >&2; exit 2; }
+OUT=$1
 BUDGET=${2:-450}
+[[ "$BUDGET" =~ ^[1-9][0-9]*$ ]] || { echo "rung.sh: BUDGET '$BUDGET' must be a positive number of seconds" >&2; exit 2; }
 start=$(date +%s)
 SCRATCH=$(mktemp -d)
 export PYTHONUNBUFFERED=1
