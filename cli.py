@@ -101,6 +101,13 @@ def run(main, prog: str, argv=None) -> int:
     return 0
 
 
+def no_arguments(prog: str) -> None:
+    """For a script that takes no arguments (results/*.py): any argument is a typo, one line and exit 2."""
+    if len(sys.argv) > 1:
+        print(f"{prog}: takes no arguments, got: {' '.join(sys.argv[1:])}", file=sys.stderr)
+        sys.exit(2)
+
+
 @contextlib.contextmanager
 def sigint_ignored(restore: bool = True):
     """Ignore Ctrl-C inside the block (and after it, unless restore), in the main thread: elsewhere signals

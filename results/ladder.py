@@ -36,6 +36,7 @@ import evaluate  # noqa: E402
 import stats  # noqa: E402
 import study  # noqa: E402
 import tables  # noqa: E402
+from cli import no_arguments  # noqa: E402
 
 LADDER = os.path.join(ROOT, "results", "ladder")
 SEEDS = 8  # declared seeds a row
@@ -292,4 +293,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_arguments("results/ladder.py")
     main()

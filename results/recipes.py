@@ -17,6 +17,7 @@ sys.path.insert(0, ROOT)
 import config  # noqa: E402
 import evaluate  # noqa: E402
 import tables  # noqa: E402
+from cli import no_arguments  # noqa: E402
 
 
 DIR = os.path.join(ROOT, "results", "recipes")
@@ -115,4 +116,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_arguments("results/recipes.py")
     main()

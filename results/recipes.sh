@@ -6,6 +6,7 @@
 #   bash results/recipes.sh --table    # only the table and plots, from the committed JSON
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in ""|--table) ;; *) echo "results/recipes.sh: unknown argument '$1' (allowed: none, --table)" >&2; exit 2 ;; esac
 if [ "${1:-}" != "--table" ]; then
   mkdir -p results/recipes/logs
   lane() {  # a finished run is skipped, an interrupted one resumed

@@ -34,6 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import evaluate  # noqa: E402
+from cli import no_arguments  # noqa: E402
 import stats  # noqa: E402
 import tables  # noqa: E402
 from config import Config  # noqa: E402
@@ -485,4 +486,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_arguments("results/study.py")
     main()

@@ -201,7 +201,8 @@ def test_bad_input_from_the_shell():
     ("ladder.sh", {"LANES": "0"}, [], "LANES=0"), ("ladder.sh", {"LANE": "2", "LANES": "2"}, [], "LANE=2"),
     ("study.sh", {}, ["--tabels"], "'--tabels'"), ("study.sh", {"STAGE": "8"}, [], "STAGE=8"),
     ("study.sh", {"NPROC": "x"}, [], "NPROC=x"), ("cuda/rung.sh", {}, [], "usage"),
-    ("cuda/rung.sh", {}, ["out", "abc"], "'abc'"), ("cuda/run.sh", {}, ["out", "4.5"], "'4.5'")])
+    ("cuda/rung.sh", {}, ["out", "abc"], "'abc'"), ("cuda/run.sh", {}, ["out", "4.5"], "'4.5'"),
+    ("recipes.sh", {}, ["--tables"], "'--tables'")])
 def test_bad_input_to_the_study_scripts(tmp_path, script, env, argv, word):
     """A typo must not start hours of training (or spend a GPU lease): the script, copied alone into an
     empty tree, exits 2 with one line and writes nothing there."""
@@ -212,6 +213,16 @@ def test_bad_input_to_the_study_scripts(tmp_path, script, env, argv, word):
                        cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr and not r.stdout, r
     assert sorted(tmp_path.rglob("*")) == sorted([path, *path.parents][:len(path.relative_to(tmp_path).parts)])
+
+
+@pytest.mark.parametrize("script", ["study.py", "ladder.py", "recipes.py"])
+def test_the_table_scripts_refuse_arguments(script):
+    """results/*.py take no arguments; a stray one is a typo, refused before any table is written."""
+    readme = open(os.path.join(ROOT, "results", "README.md"), "rb").read()
+    r = subprocess.run([sys.executable, os.path.join("results", script), "--tables-only"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert open(os.path.join(ROOT, "results", "README.md"), "rb").read() == readme
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--tables-only" in r.stderr and not r.stdout, r
 
 
 # --- data loss and mix-ups ------------------------------------------------------------------------------
