@@ -147,7 +147,7 @@ def answer(task: str, rungs: dict, tests: list, grown: list) -> list[str]:
         sig = [f"{t['a']} vs {t['b']}: {'grows' if t['result']['da'] > t['result']['db'] else 'shrinks'} at Holm p {study.fmtp(t['p_holm'])}"
                for t in g if t["p_holm"] < 0.05]
         lines.append(f"{row}'s Std over converged seeds: {path}; " + ("; ".join(sig) if sig else
-                     f"no change significant at Holm p < 0.05 ({len(g)} growth tests ran)") + ".")
+                     f"no change significant at Holm p < 0.05 ({len(g)} growth test{'s' * (len(g) != 1)} ran)") + ".")
     if todo:
         lines.append("Not complete yet: " + ", ".join(todo) + ".")
     lines.append(part_c(rungs, done, shows, std))
