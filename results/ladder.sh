@@ -30,7 +30,7 @@ case "${1:-}" in ""|--list|--tables-only) ;; *) bad "unknown argument '$1' (allo
 
 steps() { case "$1" in dyck) echo 800 ;; copy) echo 1500 ;; esac; }  # the CPU recipes' max_iters (train.py)
 queue() {
-  local task rung
+  local pair task rung
   for pair in dyck:r2 dyck:r3 dyck:rE copy:r2 copy:rE copy:r3; do
     task=${pair%:*} rung=${pair#*:}
     local s=$(( 3 * $(steps $task) )) extra="--d_model 64"

@@ -34,9 +34,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import evaluate  # noqa: E402
-from cli import no_arguments  # noqa: E402
 import stats  # noqa: E402
 import tables  # noqa: E402
+from cli import no_arguments  # noqa: E402
 from config import Config  # noqa: E402
 from rundir import lengths  # noqa: E402
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
