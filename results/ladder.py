@@ -24,6 +24,7 @@ is therefore a *screen*, and its verdicts are confirmed on fresh seeds in part C
   >= 90% of its seeds, on seeds 0-15 (the choice used convergence only).
 """
 
+import json
 import os
 import statistics
 import sys
@@ -32,7 +33,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "results"))
 
-import evaluate  # noqa: E402
 import stats  # noqa: E402
 import study  # noqa: E402
 import tables  # noqa: E402
@@ -71,12 +71,8 @@ def load(task: str) -> dict:
     for rung in RUNGS:
         rows = {}
         for row in ROWS:
-            d = rung_dir(task, rung, row)
-            runs = [e for e in (evaluate.load_eval(r) for r in evaluate.find_runs([d])) if e["seed"] < SEEDS] if os.path.isdir(d) else []
-            if runs:
-                if len(tables.group_runs(runs)) != 1:
-                    raise ValueError(f"{d}: runs with different settings")
-                rows[row] = study.with_hard_shortcut(sorted(runs, key=lambda e: e["seed"]))
+            if runs := study.load_row([rung_dir(task, rung, row)], range(SEEDS)):
+                rows[row] = study.with_hard_shortcut(runs)
         if rows:
             out[rung] = rows
     return out
@@ -125,14 +121,20 @@ def steps_width(rows: dict) -> str:
     return f"{cfg['max_iters']} steps x d_model {cfg['d_model']}"
 
 
-def answer(task: str, rungs: dict, tests: list, grown: list) -> list[str]:
-    """The question's answer in words, from complete rungs only, and the rung part C runs at."""
+def screened(task: str, rungs: dict, tests: list) -> tuple:
+    """(complete rungs by compute, the screen's tests that show the failure mode there, Std(rung, row))."""
     key = study.primary(task)[0]
     done = sorted((r for r in rungs if complete(rungs[r])), key=lambda r: compute(task, next(iter(rungs[r].values()))[0]["config"]))
-    todo = [f"{r} ({sum(len(rungs.get(r, {}).get(row, [])) for row in ROWS)} of {len(ROWS) * SEEDS} runs)" for r in RUNGS if r not in done and r != "rH"]
     shows = [t for t in tests if t["rung"] in done and t.get("p_holm") is not None and t["p_holm"] < 0.05
              and t["result"]["da"] < t["result"]["db"]]
     std = lambda rung, row: statistics.stdev(v) if len(v := [e["metrics"][key] for e in rungs[rung][row] if study.converged(e)]) > 1 else float("nan")
+    return done, shows, std
+
+
+def answer(task: str, rungs: dict, tests: list, grown: list) -> list[str]:
+    """The question's answer in words, from complete rungs only, and the rung part C runs at."""
+    done, shows, std = screened(task, rungs, tests)
+    todo = [f"{r} ({sum(len(rungs.get(r, {}).get(row, [])) for row in ROWS)} of {len(ROWS) * SEEDS} runs)" for r in RUNGS if r not in done and r != "rH"]
     if shows:
         what = "; ".join(f"at {t['rung']} the window spreads less than {t['b']} (Std {t['result']['da']:.1f} vs "
                          f"{t['result']['db']:.1f}, Holm p {study.fmtp(t['p_holm'])})" for t in shows)
@@ -150,23 +152,56 @@ def answer(task: str, rungs: dict, tests: list, grown: list) -> list[str]:
                      f"no change significant at Holm p < 0.05 ({len(g)} growth test{'s' * (len(g) != 1)} ran)") + ".")
     if todo:
         lines.append("Not complete yet: " + ", ".join(todo) + ".")
-    lines.append(part_c(rungs, done, shows, std))
+    lines.append(part_c(task, rungs, done, shows, std))
     return lines + [""]
 
 
-def part_c(rungs: dict, done: list, shows: list, std) -> str:
-    """The declared rule for the rung (and seeds) of part C, once the CPU rungs are complete."""
+def pick(rungs: dict, done: list, shows: list, std) -> tuple:
+    """The declared rule for part C: (rung, first seed, why), or (None, None, why) while it cannot choose."""
     if any(r not in done for r in CPU_RUNGS):
-        return "Part C's rung (the main table again): not chosen until " + ", ".join(CPU_RUNGS) + " are complete."
+        return None, None, "not chosen until " + ", ".join(CPU_RUNGS) + " are complete"
     if shows:
-        pick = max({t["rung"] for t in shows}, key=lambda r: max(std(r, "fixed"), std(r, "matched")))
-        return f"Part C's rung: {pick} (the screen shows the failure mode there, with the largest deterministic Std; seeds 8-23, fresh)."
+        rung = max({t["rung"] for t in shows}, key=lambda r: max(std(r, "fixed"), std(r, "matched")))
+        return rung, SEEDS, "the screen shows the failure mode there, with the largest deterministic Std; seeds 8-23, fresh"
     converges = lambda runs: sum(map(study.converged, runs)) >= CONVERGE_FRACTION * len(runs)
     ok = [r for r in done if all(converges(rungs[r][row]) for row in ROWS)]
     if not ok:
-        return "Part C's rung: none yet; no complete rung shows the failure mode or converges on >= 90% of every row."
-    return (f"Part C's rung: {ok[0]} (no rung shows the failure mode; the least compute where every row converged "
-            "on >= 90% of its seeds; seeds 0-15).")
+        return None, None, "none yet; no complete rung shows the failure mode or converges on >= 90% of every row"
+    return ok[0], 0, "no rung shows the failure mode; the least compute where every row converged on >= 90% of its seeds; seeds 0-15"
+
+
+def part_c(task: str, rungs: dict, done: list, shows: list, std) -> str:
+    """Part C's rung in words: the recorded choice once there is one (and today's pick if that differs)."""
+    rung, _, why = pick(rungs, done, shows, std)
+    now = f"Part C's rung: {rung} ({why})." if rung else f"Part C's rung (the main table again): {why}."
+    path = os.path.join(study.ROUND2, task, "choice.json")
+    if not os.path.exists(path):
+        return now
+    with open(path) as f:
+        c = json.load(f)
+    return (f"Part C's rung: {c['rung']} ({c['why']}; recorded in results/round2/{task}/choice.json, {c['chosen_from']})"
+            + ("." if c["rung"] == rung else f"; the rule on today's data would pick {rung or 'none'}, the record stands."))
+
+
+def record(task: str, rungs: dict, rung: str, first: int, why: str) -> str:
+    """Write results/round2/TASK/choice.json once (the first time the rule picks a rung; never again):
+    the rung, the flags its runs were trained with, the 16 declared seeds and the directories of the runs
+    that are the same command (results/study.py reads a declared seed from there; round2.sh skips it)."""
+    path = os.path.join(study.ROUND2, task, "choice.json")
+    if os.path.exists(path):
+        return path
+    cfg = rungs[rung]["fixed"][0]["config"]
+    flags = f"--max_iters {cfg['max_iters']} --d_model {cfg['d_model']}" + (f" --ema {cfg['ema']:g}" if cfg.get("ema") else "")
+    rows = study.MAIN if rung == "r1" else ROWS  # r1 is the first round, which has the rl row too
+    reuse = {row: os.path.relpath(rung_dir(task, rung, row), ROOT) for row in rows}
+    runs = sum(len(v) for rs in rungs.values() for v in rs.values())
+    choice = {"task": task, "rung": rung, "first": first, "seeds": 16, "why": why, "flags": flags, "reuse": reuse,
+              "chosen_from": f"{runs} committed ladder runs of rungs {', '.join(rungs)}"}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(choice, f, indent=1)
+        f.write("\n")
+    return path
 
 
 def budget(task: str, rungs: dict) -> list[str]:
@@ -285,6 +320,9 @@ def main() -> None:
         rungs = load(task)
         if rungs:
             body += table(task, rungs)
+            rung, first, why = pick(rungs, *screened(task, rungs, family(task, rungs)))
+            if rung:
+                print(f"part C's rung for {task}: {rung}, recorded in {record(task, rungs, rung, first, why)}")
             if plt:
                 os.makedirs(LADDER, exist_ok=True)
                 plot(plt, task, rungs)

@@ -23,6 +23,7 @@ The protocol (SPEC 4c), declared in this file before the runs it judges:
   from 8 to 16) and enter only the all-seeds, secondary analysis: no group-sequential rule was declared.
 """
 
+import json
 import os
 import statistics
 import sys
@@ -42,6 +43,7 @@ from rundir import lengths  # noqa: E402
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")
+ROUND2 = os.path.join(ROOT, "results", "round2")  # part C: the main rows again at the ladder's rung (round_two)
 README = os.path.join(ROOT, "results", "README.md")
 FRONT = os.path.join(ROOT, "README.md")  # the headline rows
 # row directory -> (label, the published row's setting in results/paper.json)
@@ -71,34 +73,53 @@ PAIRS = [("window", "matched"), ("window", "fixed"), ("rl", "matched"), ("rl", "
          ("rl_tmax20", "rl")]  # the paper's T_max = 20 against the copy recipe's 15
 
 
-def declared(name: str) -> int:
-    """The seeds a row is judged at, declared before its first run; fewer is an interim look."""
-    return 16 if name in MAIN else 8
+def declared(name: str, first: int = 0) -> range:
+    """The seeds a row is judged at, declared before its first run (first: the round's first seed; round two's
+    is results/round2/TASK/choice.json's); fewer is an interim look."""
+    return range(first, first + (16 if name in MAIN else 8))
 
 
 def trained(task: str, name: str) -> int:
     """The seeds results/study.sh trains for a row (the declared count, or more where GROWN)."""
-    return GROWN.get((task, name), declared(name))
+    return GROWN.get((task, name), len(declared(name)))
 
 
 def primary(task: str) -> tuple:
     return PRIMARY.get(task, DEFAULT_PRIMARY)
 
 
+def load_row(dirs: list[str], seeds: range = None) -> list:
+    """The finished runs under dirs (only those of `seeds`, if given), by seed; they must share their settings
+    and hold each seed once."""
+    runs = sorted((e for d in dirs if os.path.isdir(d) for e in map(evaluate.load_eval, evaluate.find_runs([d]))
+                   if seeds is None or e["seed"] in seeds), key=lambda e: e["seed"])
+    if runs and len(groups := tables.group_runs(runs)) != 1:
+        raise ValueError(f"{', '.join(dirs)}: runs with different settings: {sorted(label for _, label in groups)}")
+    return runs
+
+
 def load(task: str) -> dict:
-    """{row: [eval dicts, by seed]} of one task; every run of a row must share its settings."""
-    out = {}
-    for name in ROWS:
-        d = os.path.join(STUDY, task, name)
-        if os.path.isdir(d):
-            runs = sorted((evaluate.load_eval(r) for r in evaluate.find_runs([d])), key=lambda e: e["seed"])
-            groups = tables.group_runs(runs)
-            if not runs:  # no finished seed yet
-                continue
-            if len(groups) != 1:
-                raise ValueError(f"{d}: runs with different settings: {sorted(label for _, label in groups)}")
-            out[name] = runs
-    return out
+    """{row: [eval dicts, by seed]} of one task's first round."""
+    return {name: runs for name in ROWS if (runs := load_row([os.path.join(STUDY, task, name)]))}
+
+
+def round_two(task: str):
+    """(choice, rows) of a task's round two (part C), or None before its rung is chosen. choice.json, written
+    once by results/ladder.py when its rule first picks a rung, holds the rung, its flags, the first of the
+    16 declared seeds a row, and per row the directory whose runs are the same command (the ladder's rung,
+    or the first round at r1): a declared seed trained there is read from there, not trained again."""
+    path = os.path.join(ROUND2, task, "choice.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        choice = json.load(f)
+    dirs = lambda n: [os.path.join(ROUND2, task, n)] + ([os.path.join(ROOT, choice["reuse"][n])] if n in choice["reuse"] else [])
+    return choice, {n: runs for n in MAIN if (runs := load_row(dirs(n), declared(n, choice["first"])))}
+
+
+def round_two_claims(task: str) -> list:
+    """Round two's family: the declared claims between its rows (the main rows), Holm within it."""
+    return [c for c in declared_claims(task) if set(c.rows) <= set(MAIN)]
 
 
 _HARD_CUTS = {}
@@ -147,12 +168,12 @@ def ms(v: list) -> str:
 
 # --- the comparison of two rows ---------------------------------------------------------------------------
 
-def compare(ra: list, rb: list, key: str, spread: bool, limit_a: int = None, limit_b: int = None) -> dict:
-    """Row a against row b on metric `key`: the pairs (seed k in both, k below each row's limit), the
+def compare(ra: list, rb: list, key: str, spread: bool, seeds_a: range = None, seeds_b: range = None) -> dict:
+    """Row a against row b on metric `key`: the pairs (seed k in both, k among each row's seeds), the
     converged pairs, the primary paired test on them, the tests beside it and the interval of the
     difference (a - b: of Std for spreads, of the mean for means)."""
-    by_a = {e["seed"]: e for e in ra if limit_a is None or e["seed"] < limit_a}
-    by_b = {e["seed"]: e for e in rb if limit_b is None or e["seed"] < limit_b}
+    by_a = {e["seed"]: e for e in ra if seeds_a is None or e["seed"] in seeds_a}
+    by_b = {e["seed"]: e for e in rb if seeds_b is None or e["seed"] in seeds_b}
     pairs = sorted(set(by_a) & set(by_b))
     conv = [k for k in pairs if converged(by_a[k]) and converged(by_b[k])]
     value = lambda rows, ks: np.array([rows[k]["metrics"][key] for k in ks], float)
@@ -237,15 +258,15 @@ class Verdict(NamedTuple):
     verdict: str
 
 
-def verdicts(task: str, rows: dict, claims: list[Claim] = None) -> list[Verdict]:
+def verdicts(task: str, rows: dict, claims: list[Claim] = None, first: int = 0) -> list[Verdict]:
     """Every declared claim of a task with its test, its Holm-adjusted p (over the task's claims that
-    could be tested) and its verdict."""
+    could be tested) and its verdict; the rows' declared seeds start at `first`."""
     claims = claims or declared_claims(task)
     results = []
     for c in claims:
         a, b = c.rows
         results.append(None if a not in rows or b not in rows else
-                       compare(rows[a], rows[b], c.key, c.spread, declared(a), declared(b)))
+                       compare(rows[a], rows[b], c.key, c.spread, declared(a, first), declared(b, first)))
     adj = [None] * len(claims)
     idx = [i for i, r in enumerate(results) if r is not None]
     ps = [results[i]["p"] for i in idx]
@@ -257,8 +278,8 @@ def verdicts(task: str, rows: dict, claims: list[Claim] = None) -> list[Verdict]
             missing = ", ".join(n for n in c.rows if n not in rows)
             out.append(Verdict(c, None, None, f"not run (no seeds of {missing})"))
             continue
-        short = [f"{n} {sum(e['seed'] < declared(n) for e in rows[n])} of {declared(n)}" for n in c.rows
-                 if sum(e["seed"] < declared(n) for e in rows[n]) < declared(n)]
+        have = {n: sum(e["seed"] in declared(n, first) for e in rows[n]) for n in c.rows}
+        short = [f"{n} {have[n]} of {len(declared(n))}" for n in c.rows if have[n] < len(declared(n))]
         v = word(r, c.higher, c.spread, p, bool(short)) + (undecidable(r, ps) if c.spread and p is not None and p >= 0.05 else "")
         out.append(Verdict(c, r, p, v + (f"; interim look, declared seeds: {', '.join(short)}" if short else "")))
     return out
@@ -378,25 +399,25 @@ def hardware_lines(rows: dict) -> list[str]:
     return lines + [""]
 
 
-def counts(name: str, runs: list) -> str:
+def counts(name: str, runs: list, first: int = 0) -> str:
     """'converged / declared seeds', and the seeds trained after a look, if any: '11 / 16 (+6 / 8 later)'."""
-    early = [e for e in runs if e["seed"] < declared(name)]
-    late = [e for e in runs if e["seed"] >= declared(name)]
+    early = [e for e in runs if e["seed"] in declared(name, first)]
+    late = [e for e in runs if e["seed"] not in declared(name, first)]
     return (f"{sum(map(converged, early))} / {len(early)}"
             + (f" (+{sum(map(converged, late))} / {len(late)} later)" if late else ""))
 
 
-def converged_table(task: str, rows: dict) -> list[str]:
+def converged_table(task: str, rows: dict, first: int = 0) -> list[str]:
     """Per row: converged / total (all seeds), and the primary metric over the converged declared seeds."""
     key, name, vkey, vname = primary(task)
     extra = task in PRIMARY  # a task whose primary metric is not Oracle OOD shows Oracle OOD beside it
     lines = [f"| row | converged / seeds | {name} | {vname} | " + ("Oracle OOD, all samples | " if extra else "")
              + "shortcut |", "|---|---|---|---|" + ("---|" if extra else "") + "---|"]
     for n, runs in rows.items():
-        conv = [e for e in runs if converged(e) and e["seed"] < declared(n)]
+        conv = [e for e in runs if converged(e) and e["seed"] in declared(n, first)]
         v = lambda k: ms([e["metrics"][k] for e in conv if e["metrics"].get(k) is not None])
         cut = shortcut_of(runs, key)
-        lines.append(f"| {ROWS[n][0]} | {counts(n, runs)} | {v(key)} | {v(vkey)} | "
+        lines.append(f"| {ROWS[n][0]} | {counts(n, runs, first)} | {v(key)} | {v(vkey)} | "
                      + (f"{v('oracle_ood')} | " if extra else "") + ("-" if cut is None else f"{cut:.1f}") + " |")
     return lines + ["", f"Converged: >= {CONVERGED:.0f}% in-distribution exact match at the row's own test rule, "
                     "counted over the row's declared seeds (and, after '+', over the seeds trained after a look, "
@@ -404,13 +425,13 @@ def converged_table(task: str, rows: dict) -> list[str]:
                     "shortcut is the best trivial predictor's score on the same samples.", ""]
 
 
-def pair_lines(task: str, rows: dict) -> list[str]:
+def pair_lines(task: str, rows: dict, first: int = 0) -> list[str]:
     """Descriptive tests between rows (no claim): paired on the converged pairs, the unpaired tests beside."""
     key, name = primary(task)[:2]
     lines = []
     for a, b in PAIRS:
         if a in rows and b in rows:
-            m, s = (compare(rows[a], rows[b], key, sp, declared(a), declared(b)) for sp in (False, True))
+            m, s = (compare(rows[a], rows[b], key, sp, declared(a, first), declared(b, first)) for sp in (False, True))
             if m["p"] is None:
                 continue
             lines.append(f"- {a} vs {b} ({m['n']} converged pairs of {m['pairs']}): {name} mean {m['da']:.1f} vs "
@@ -420,12 +441,14 @@ def pair_lines(task: str, rows: dict) -> list[str]:
     return (["Tests between rows (descriptive, no claim, not corrected):", ""] + lines + [""]) if lines else []
 
 
-def section(task: str, rows: dict, plt) -> list[str]:
+def section(task: str, rows: dict, plt, first: int = 0, claims: list = None, png: str = None) -> list[str]:
+    """A task's tables, plot and verdicts: the first round's, or (first, claims, png) round two's."""
+    png = png or os.path.join(STUDY, f"{task}.png")
     published = {r["setting"].removesuffix(" (paper)"): r for r in tables.paper_rows() if r["task"] == task}
     hard = any(e["metrics"].get("oracle_hard_ood") is not None for runs in rows.values() for e in runs)
     key, name = primary(task)[:2]
     lines = [f"### {task}", "", f"Primary metric: {name}. Converged seeds (the primary analysis):", ""]
-    lines += converged_table(task, rows)
+    lines += converged_table(task, rows, first)
     lines += ["Every seed, converged or not, and the published rows (secondary):", "",
               "| " + " | ".join(tables.HEADER + (["hard: Oracle / val-K / policy"] if hard else [])) + " |",
               "|---" * (len(tables.HEADER) + hard) + "|"]
@@ -438,33 +461,36 @@ def section(task: str, rows: dict, plt) -> list[str]:
     lines += ["", f"Recipe: `python train.py --task {task}` (d_model {cfg['d_model']}, {cfg['max_iters']} steps, "
               f"n {cfg['n_min']}..{cfg['n_max']}, T_max {cfg['T_max']}, fixed c = T_max = {cfg['T_max']} (the paper's "
               f"fixed row: c = 20), T_test {cfg['T_test']}, test lengths {cfg['test_lengths']}, {cfg['eval_samples']} "
-              "test samples per length), fp32, one thread per run. Paper rows: paper scale, 18 or 32 seeds.", ""]
+              "test samples per length)" + (f", weight EMA {cfg['ema']:g}" if cfg.get("ema") else "")
+              + ", fp32, one thread per run. Paper rows: paper scale, 18 or 32 seeds.", ""]
     lines += hardware_lines(rows)
     if plt:
-        strip_plot(plt, os.path.join(STUDY, f"{task}.png"), f"{task}: one dot per seed", {ROWS[n][0]: r for n, r in rows.items()},
+        strip_plot(plt, png, f"{task}: one dot per seed", {ROWS[n][0]: r for n, r in rows.items()},
                    key, name, shortcut_of(rows[next(iter(rows))], key))
-    lines += [f"![{task}: {name} per seed](study/{task}.png)", ""]
+    lines += [f"![{task}: {name} per seed]({os.path.relpath(png, os.path.dirname(README))})", ""]
     if any(n in rows for n in ("ntp", "ntp_pause", "ntp_loop")):
         lines += per_length(rows, ["window", "matched", "ntp", "ntp_pause", "ntp_loop"])
-    lines += pair_lines(task, rows)
-    return lines + verdict_table(verdicts(task, rows))
+    lines += pair_lines(task, rows, first)
+    return lines + verdict_table(verdicts(task, rows, claims, first))
 
 
-def headline_rows(task: str, rows: dict) -> list[str]:
+def headline_rows(task: str, rows: dict, first: int = 0, claims: list = None, which: str = "first round") -> list[str]:
     """The top-level README's rows: the main schedules' converged seeds and primary metric, the shortcut
-    beside it, then the headline family's verdicts."""
+    beside it, then the headline family's verdicts (of round one, or of round two: first, claims)."""
     main = [n for n in MAIN if n in rows]
     if not main:
         return []
     key, name, vkey, vname = primary(task)
     cut = shortcut_of(rows[main[0]], key)
-    lines = [f"**{task}** ({name}; the best shortcut scores {cut:.1f}% there)", "",
+    cfg = rows[main[0]][0]["config"]
+    lines = [f"**{task}**, {which}: {cfg['max_iters']} steps, d_model {cfg['d_model']}" + (f", EMA {cfg['ema']:g}" if cfg.get("ema") else "")
+             + f" ({name}; the best shortcut scores {cut:.1f}% there)", "",
              f"| schedule | converged / seeds | {name} | {vname} |", "|---|---|---|---|"]
     for n in main:
-        conv = [e for e in rows[n] if converged(e) and e["seed"] < declared(n)]
-        lines.append(f"| {ROWS[n][0]} | {counts(n, rows[n])} | "
+        conv = [e for e in rows[n] if converged(e) and e["seed"] in declared(n, first)]
+        lines.append(f"| {ROWS[n][0]} | {counts(n, rows[n], first)} | "
                      f"{ms([e['metrics'][key] for e in conv])} | {ms([e['metrics'][vkey] for e in conv])} |")
-    head = [v for v in verdicts(task, rows) if v.claim.headline and v.result is not None]
+    head = [v for v in verdicts(task, rows, claims, first) if v.claim.headline and v.result is not None]
     return lines + ([""] + [f"- {v.claim.text}: {v.verdict}; Holm p = {fmtp(v.p_holm)} (paired "
                             f"{fmtp(v.result.get('p'))}, unpaired {fmtp(v.result.get('p_unpaired'))})" for v in head]
                     if head else []) + [""]
@@ -475,12 +501,24 @@ def main() -> None:
     body, headline, plt = [], [], pyplot()
     if plt is None:
         print("results/study.py: matplotlib is not installed; tables only, the plots are skipped", file=sys.stderr)
+    two_body = []
     for task in tasks:
         rows = {n: with_hard_shortcut(r) for n, r in load(task).items()}
         if rows:
             body += section(task, rows, plt)
-            headline += headline_rows(task, rows)
+        two = round_two(task)
+        if two is None or not two[1]:  # the headline shows round two as soon as it has a finished seed
+            two_body += [f"- {task}: " + ("rung not chosen yet (results/ladder.py, part C)." if two is None else
+                                          f"rung {two[0]['rung']} chosen ({two[0]['why']}); no finished run yet.")]
+            headline += headline_rows(task, rows) if rows else []
+            continue
+        choice, rows2 = two[0], {n: with_hard_shortcut(r) for n, r in two[1].items()}
+        which = f"round two at the ladder's rung {choice['rung']}, seeds {choice['first']}-{choice['first'] + 15}"
+        two_body += [f"Rung {choice['rung']}: {choice['why']}; flags `{choice['flags']}`.", ""]
+        two_body += section(task, rows2, plt, choice["first"], round_two_claims(task), os.path.join(ROUND2, f"{task}.png"))
+        headline += headline_rows(task, rows2, choice["first"], round_two_claims(task), which)
     tables.splice(README, "study", body or ["(no study runs yet)"])
+    tables.splice(README, "round2", two_body + [""])
     tables.splice(FRONT, "headline", headline or ["(no study runs yet)"])
     print(f"wrote the study section of {README} ({len(tasks)} tasks)")
 

@@ -202,7 +202,8 @@ def test_bad_input_from_the_shell():
     ("study.sh", {}, ["--tabels"], "'--tabels'"), ("study.sh", {"STAGE": "8"}, [], "STAGE=8"),
     ("study.sh", {"NPROC": "x"}, [], "NPROC=x"), ("cuda/rung.sh", {}, [], "usage"),
     ("cuda/rung.sh", {}, ["out", "abc"], "'abc'"), ("cuda/run.sh", {}, ["out", "4.5"], "'4.5'"),
-    ("recipes.sh", {}, ["--tables"], "'--tables'")])
+    ("recipes.sh", {}, ["--tables"], "'--tables'"), ("round2.sh", {}, ["--tables-only"], "'--tables-only'"),
+    ("round2.sh", {"LANE": "1"}, [], "LANE=1")])
 def test_bad_input_to_the_study_scripts(tmp_path, script, env, argv, word):
     """A typo must not start hours of training (or spend a GPU lease): the script, copied alone into an
     empty tree, exits 2 with one line and writes nothing there."""

@@ -29,7 +29,7 @@ def study_rows(n=16):
     """Two rows of made-up study runs, seeds 0..n-1: a tight one (Std 0.7) and a wide one (Std 24.6)."""
     run = lambda k, v: {"seed": k, "metrics": {"oracle_ood": v, "gap": 0.0, "front90": 10, "val_k_ood": v,
                                                "policy_id": 100.0, "shortcut_ood": 1.0, "shortcut_ood_name": "constant"},
-                        "n_max": 10, "config": {"T_max": 15, "task": "toy"}}
+                        "n_max": 10, "config": {"T_max": 15, "task": "toy", "max_iters": 1500, "d_model": 64}}
     tight = [run(k, 50 + d) for k, d in enumerate([-1, 0, 1, 0] * (n // 4))]
     wide = [run(k, 50 + d) for k, d in enumerate([-30, 0, 30, -25] * (n // 4))]
     return tight, wide
@@ -170,3 +170,79 @@ def test_a_spread_verdict_says_when_its_pair_count_could_not_reach_significance(
     assert study.undecidable(many, [0.3] + [0.9] * 14) == ""  # 16 pairs: 15 x 2 / 2^16 is far below 0.05
     eight = {"n": 8, "p": 0.4}  # the ladder: 2 x 2 / 2^8 = 0.016 can reject; a 10-test family (0.078) could not
     assert study.undecidable(eight, [0.4, 0.9]) == "" and "Holm p >= 0.078" in study.undecidable(eight, [0.4] + [0.9] * 9)
+
+
+def test_the_ladder_records_part_cs_rung_once(tmp_path, monkeypatch):
+    import json
+
+    import ladder
+    import study
+    monkeypatch.setattr(study, "ROUND2", str(tmp_path))
+    flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
+    rungs = ladder_rungs({"r1": flat}, unconverged=1) | ladder_rungs({"r2": flat, "rE": flat, "r3": flat})
+    done, shows, std = ladder.screened("copy", rungs, ladder.family("copy", rungs))
+    rung, first, why = ladder.pick(rungs, done, shows, std)
+    assert (rung, first) == ("r2", 0)
+    path = ladder.record("copy", rungs, rung, first, why)
+    c = json.load(open(path))
+    assert c["flags"] == "--max_iters 2400 --d_model 64" and c["seeds"] == 16 and c["first"] == 0
+    assert c["reuse"] == {row: f"results/ladder/copy/r2/{row}" for row in ladder.ROWS}  # no rl row at r2
+    ladder.record("copy", rungs, "r3", 8, "another pick")  # the record is written once
+    assert json.load(open(path)) == c
+    text = ladder.part_c("copy", rungs, done, shows, std)
+    assert "Part C's rung: r2" in text and "recorded in results/round2/copy/choice.json" in text and "would pick" not in text
+    rungs["r1"] = ladder_rungs({"r1": flat})["r1"]  # today's data would pick r1: the record stands, and says so
+    assert "the rule on today's data would pick r1, the record stands" in ladder.part_c("copy", rungs, *ladder.screened(
+        "copy", rungs, ladder.family("copy", rungs)))
+    assert ladder.record("dyck", rungs, "r1", 0, "r1") and set(json.load(open(tmp_path / "dyck" / "choice.json"))["reuse"]) == set(study.MAIN)
+
+
+def test_round_two_reads_reused_seeds_and_never_a_seed_twice(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    import study
+    monkeypatch.setattr(study, "ROUND2", str(tmp_path))
+    assert study.round_two("dyck") is None
+    reuse = {row: f"results/ladder/dyck/r2/{row}" for row in ("fixed", "matched", "window")}
+    (tmp_path / "dyck").mkdir()
+    json.dump({"rung": "r2", "first": 0, "seeds": 16, "flags": "--max_iters 2400 --d_model 64", "why": "test",
+               "reuse": reuse}, open(tmp_path / "dyck" / "choice.json", "w"))
+    choice, rows = study.round_two("dyck")
+    assert set(rows) == {"fixed", "matched", "window"} and [e["seed"] for e in rows["fixed"]] == list(range(8))
+    vs = study.verdicts("dyck", rows, study.round_two_claims("dyck"), choice["first"])
+    assert len(study.round_two_claims("dyck")) == 9 and all(v.claim.rows[0] in study.MAIN for v in vs)
+    spread = next(v for v in vs if v.claim.rows == ("window", "fixed") and v.claim.spread)
+    assert spread.result["pairs"] == 8 and "interim look, declared seeds: window 8 of 16, fixed 8 of 16" in spread.verdict
+    late = json.load(open(tmp_path / "dyck" / "choice.json")) | {"first": 8}  # seeds 8-23: none of the ladder's
+    json.dump(late, open(tmp_path / "dyck" / "choice.json", "w"))
+    assert study.round_two("dyck")[1] == {}
+    json.dump(late | {"first": 0}, open(tmp_path / "dyck" / "choice.json", "w"))
+    shutil.copytree(os.path.join(study.ROOT, reuse["fixed"], "seed3"), tmp_path / "dyck" / "fixed" / "seed3")
+    with pytest.raises(ValueError, match="seed 3 appears 2 times"):  # trained again beside its reused twin
+        study.round_two("dyck")
+
+
+def test_round2_sh_trains_the_declared_runs_it_cannot_reuse(tmp_path):
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    import study
+    (tmp_path / "results").mkdir()
+    shutil.copy(os.path.join(study.ROOT, "results", "round2.sh"), tmp_path / "results" / "round2.sh")
+    for k in (0, 1, 2):
+        (tmp_path / "old" / "fixed" / f"seed{k}").mkdir(parents=True)
+        (tmp_path / "old" / "fixed" / f"seed{k}" / "eval.json").write_text("{}")
+    (tmp_path / "results" / "round2" / "copy").mkdir(parents=True)
+    json.dump({"first": 0, "seeds": 16, "flags": "--max_iters 4500 --d_model 64", "reuse": {"fixed": "old/fixed"}},
+              open(tmp_path / "results" / "round2" / "copy" / "choice.json", "w"))
+    out = subprocess.run(["bash", str(tmp_path / "results" / "round2.sh"), "--list"], capture_output=True, text=True, check=True).stdout
+    runs = [line.split(maxsplit=3) for line in out.splitlines()]
+    assert {(t, row, int(k)) for t, row, k, _ in runs} == {("copy", row, k) for row in study.MAIN for k in range(16)} - {
+        ("copy", "fixed", k) for k in (0, 1, 2)}
+    sh = open(os.path.join(study.ROOT, "results", "study.sh")).read()
+    main_rows = dict(re.findall(r'row "\$1" (\w+) "\$2" (.*)', sh))  # study.sh's main rows and their flags
+    assert set(main_rows) == set(study.MAIN)
+    assert all(flags == f"{main_rows[row].strip()} --max_iters 4500 --d_model 64" for _, row, _, flags in runs)
