@@ -114,7 +114,11 @@ def round_two(task: str):
     with open(path) as f:
         choice = json.load(f)
     dirs = lambda n: [os.path.join(ROUND2, task, n)] + ([os.path.join(ROOT, choice["reuse"][n])] if n in choice["reuse"] else [])
-    return choice, {n: runs for n in MAIN if (runs := load_row(dirs(n), declared(n, choice["first"])))}
+    rows = {n: runs for n in MAIN if (runs := load_row(dirs(n), declared(n, choice["first"])))}
+    rung = {(e["config"]["max_iters"], e["config"]["d_model"], e["config"].get("ema", 0.0)) for runs in rows.values() for e in runs}
+    if len(rung) > 1:  # a reused directory that is not the rung's command
+        raise ValueError(f"round two of {task}: runs at different (steps, d_model, ema): {sorted(rung)}")
+    return choice, rows
 
 
 def round_two_claims(task: str) -> list:
@@ -509,13 +513,14 @@ def main() -> None:
         two = round_two(task)
         if two is None or not two[1]:  # the headline shows round two as soon as it has a finished seed
             two_body += [f"- {task}: " + ("rung not chosen yet (results/ladder.py, part C)." if two is None else
-                                          f"rung {two[0]['rung']} chosen ({two[0]['why']}); no finished run yet.")]
+                                          f"rung {two[0]['rung']} chosen ({two[0]['why']}); no finished run yet."), ""]
             headline += headline_rows(task, rows) if rows else []
             continue
         choice, rows2 = two[0], {n: with_hard_shortcut(r) for n, r in two[1].items()}
         which = f"round two at the ladder's rung {choice['rung']}, seeds {choice['first']}-{choice['first'] + 15}"
-        two_body += [f"Rung {choice['rung']}: {choice['why']}; flags `{choice['flags']}`.", ""]
-        two_body += section(task, rows2, plt, choice["first"], round_two_claims(task), os.path.join(ROUND2, f"{task}.png"))
+        sec = section(task, rows2, plt, choice["first"], round_two_claims(task), os.path.join(ROUND2, f"{task}.png"))
+        two_body += sec[:2] + [f"Rung {choice['rung']} ({choice['why']}): `python train.py --task {task} ROW'S FLAGS "
+                               f"{choice['flags']}`, recorded in results/round2/{task}/choice.json.", ""] + sec[2:]
         headline += headline_rows(task, rows2, choice["first"], round_two_claims(task), which)
     tables.splice(README, "study", body or ["(no study runs yet)"])
     tables.splice(README, "round2", two_body + [""])

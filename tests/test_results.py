@@ -221,6 +221,11 @@ def test_round_two_reads_reused_seeds_and_never_a_seed_twice(tmp_path, monkeypat
     shutil.copytree(os.path.join(study.ROOT, reuse["fixed"], "seed3"), tmp_path / "dyck" / "fixed" / "seed3")
     with pytest.raises(ValueError, match="seed 3 appears 2 times"):  # trained again beside its reused twin
         study.round_two("dyck")
+    shutil.rmtree(tmp_path / "dyck" / "fixed")
+    json.dump(late | {"first": 0, "reuse": reuse | {"matched": "results/ladder/dyck/r3/matched"}},
+              open(tmp_path / "dyck" / "choice.json", "w"))
+    with pytest.raises(ValueError, match=r"runs at different \(steps, d_model, ema\)"):  # a reuse that is not the rung
+        study.round_two("dyck")
 
 
 def test_round2_sh_trains_the_declared_runs_it_cannot_reuse(tmp_path):
