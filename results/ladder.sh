@@ -14,10 +14,11 @@
 #   r3  twice the width (d_model 128), 3x its steps                          12x
 # and on an H200 (results/cuda/rung.sh): rH, the paper's width (d_model 256).
 # A run is `python train.py --task TASK --seed k --seeds 1 --threads 1 --out_dir
-# results/ladder/TASK/RUNG/ROW/seedk FLAGS`; a killed lane resumes (--resume) where it stopped and skips
-# finished runs (eval.json). The queue is seed-major, so a lane cut short leaves balanced rows, and task by
-# task: dyck's r2, r3 (the 12x span) and rE, then copy's r2, rE and r3, so that one task's answer and part C's
-# rung (ladder.part_c needs a task's r2, r3 and rE) are settled first; dyck's seed costs a third of copy's.
+# results/ladder/TASK/RUNG/ROW/seedk FLAGS` (results/lanes.sh runs the queue); a killed lane resumes
+# (--resume) where it stopped and skips finished runs (eval.json). The queue is seed-major, so a lane cut
+# short leaves balanced rows, and task by task: dyck's r2, r3 (the 12x span) and rE, then copy's r2, rE and
+# r3, so that one task's answer and part C's rung (ladder.part_c needs a task's r2, r3 and rE) are settled
+# first; dyck's seed costs a third of copy's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LANE=${LANE:-0}
@@ -46,20 +47,7 @@ queue() {
 
 if [ "${1:-}" = --list ]; then queue; exit 0; fi
 if [ "${1:-}" != --tables-only ]; then
-  mkdir -p results/ladder/logs
-  i=0
-  while read -r task rung row k flags; do
-    i=$((i + 1))
-    [ $(( (i - 1) % LANES )) = "$LANE" ] || continue
-    out="results/ladder/$task/$rung/$row/seed$k"
-    [ -f "$out/eval.json" ] && continue
-    resume=
-    [ -f "$out/config.json" ] && resume=--resume
-    log="results/ladder/logs/$task-$rung-$row-seed$k.log"
-    # shellcheck disable=SC2086
-    python train.py --task "$task" --seed "$k" --seeds 1 --threads 1 $resume --out_dir "$out" $flags > "$log" 2>&1 \
-      || { echo "run $out failed: see $log"; exit 1; }
-    echo "$(date +%H:%M) $out"
-  done < <(queue)
+  queue | while read -r task rung row k flags; do echo "results/ladder/$task/$rung/$row/seed$k $task $k $flags"; done \
+    | bash results/lanes.sh results/ladder/logs
 fi
 [ -f results/ladder.py ] && python results/ladder.py

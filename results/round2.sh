@@ -10,8 +10,9 @@
 #
 # A declared seed already trained by the same command (the ladder's rung, or the first round at r1: the
 # choice's `reuse` directories) is not trained again; results/study.py reads it from there. A run is
-# `python train.py --task TASK --seed k --seeds 1 --threads 1 --out_dir results/round2/TASK/ROW/seedk FLAGS`;
-# a killed lane resumes (--resume) and skips finished runs (eval.json). The queue is seed-major.
+# `python train.py --task TASK --seed k --seeds 1 --threads 1 --out_dir results/round2/TASK/ROW/seedk FLAGS`
+# (results/lanes.sh runs the queue); a killed lane resumes (--resume) and skips finished runs (eval.json).
+# The queue is seed-major.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LANE=${LANE:-0}
@@ -47,19 +48,6 @@ queue() {
 }
 
 if [ "${1:-}" = --list ]; then queue; exit 0; fi
-mkdir -p results/round2/logs
-i=0
-while read -r task row k flags; do
-  i=$((i + 1))
-  [ $(( (i - 1) % LANES )) = "$LANE" ] || continue
-  out="results/round2/$task/$row/seed$k"
-  [ -f "$out/eval.json" ] && continue
-  resume=
-  [ -f "$out/config.json" ] && resume=--resume
-  log="results/round2/logs/$task-$row-seed$k.log"
-  # shellcheck disable=SC2086
-  python train.py --task "$task" --seed "$k" --seeds 1 --threads 1 $resume --out_dir "$out" $flags > "$log" 2>&1 \
-    || { echo "run $out failed: see $log"; exit 1; }
-  echo "$(date +%H:%M) $out"
-done < <(queue)
+queue | while read -r task row k flags; do echo "results/round2/$task/$row/seed$k $task $k $flags"; done \
+  | bash results/lanes.sh results/round2/logs
 python results/study.py
