@@ -181,8 +181,11 @@ def test_the_ladder_records_part_cs_rung_once(tmp_path, monkeypatch):
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat}, unconverged=1) | ladder_rungs({"r2": flat, "rE": flat, "r3": flat})
     done, shows, std = ladder.screened("copy", rungs, ladder.family("copy", rungs))
-    rung, first, why = ladder.pick(rungs, done, shows, std)
+    rung, first, why = ladder.pick("copy", rungs, done, shows, std)
     assert (rung, first) == ("r2", 0)
+    no_r3 = {r: v for r, v in rungs.items() if r != "r3"}  # copy's r3 is out of the CPU budget: copy does not wait
+    assert ladder.pick("copy", no_r3, *ladder.screened("copy", no_r3, ladder.family("copy", no_r3)))[0] == "r2"
+    assert ladder.pick("dyck", no_r3, ["r1", "r2", "rE"], [], None)[:2] == (None, None)  # dyck waits for r3
     path = ladder.record("copy", rungs, rung, first, why)
     c = json.load(open(path))
     assert c["flags"] == "--max_iters 2400 --d_model 64" and c["seeds"] == 16 and c["first"] == 0
