@@ -212,9 +212,10 @@ def record(task: str, rungs: dict, rung: str, first: int, why: str) -> str:
     return path
 
 
-def budget(task: str, rungs: dict) -> list[str]:
+def budget(task: str, rungs: dict, others: dict = None) -> list[str]:
     """What the CPU rungs have left, in lane-hours (one run on one core): the median minutes of a row's
-    committed runs (train + eval), or, for a row with none yet, r2's median scaled by the rung's compute."""
+    committed runs (train + eval), or, for a row with none yet, r2's median times the rung's ratio to r2 as
+    measured on another task's same row (others: {task: rungs}), else times the rung's compute."""
     def median_min(runs):
         return statistics.median((e["train_time_s"] + e["eval_time_s"]) / 60 for e in runs)
     rows, total = [], 0.0
@@ -222,8 +223,13 @@ def budget(task: str, rungs: dict) -> list[str]:
         for row in ROWS:
             runs = rungs.get(rung, {}).get(row, [])
             base = rungs.get("r2", {}).get(row, [])
+            seen = [(t, o[rung][row], o["r2"][row]) for t, o in (others or {}).items()
+                    if o.get(rung, {}).get(row) and o.get("r2", {}).get(row)]
             if runs:
                 m, how = median_min(runs), "measured"
+            elif base and seen and rung != "r2":
+                t, a, b = seen[0]
+                m, how = median_min(base) * median_min(a) / median_min(b), f"r2 x {t}'s {rung} / r2"
             elif base:
                 m, how = median_min(base) * RUNGS[rung][1] / RUNGS["r2"][1] * (RUNGS[rung][2] / 64) ** 2, "r2 x compute"
             else:
@@ -234,8 +240,8 @@ def budget(task: str, rungs: dict) -> list[str]:
     return ["| rung | row | runs done | minutes a run | lane-hours left |", "|---|---|---|---|---|", *rows, "",
             f"Left on the CPU rungs of {task}: {total:.0f} lane-hours, about {total / 2:.0f} hours of this 2-core "
             "machine with two lanes. Minutes a run: the median of the committed runs' train + eval time, under "
-            "whatever else ran beside them then; for a row with no run yet, r2's scaled by steps x width^2 "
-            "(an estimate).", ""]
+            "whatever else ran beside them then; for a row with no run yet, r2's scaled by the rung's ratio to r2 "
+            "measured on the other task's same row, or else by steps x width^2 (an estimate).", ""]
 
 
 def verdict(t: dict, higher=False) -> str:
@@ -250,7 +256,7 @@ def verdict(t: dict, higher=False) -> str:
     return study.word(r, higher, True, t["p_holm"], short) + floor + (f"; interim look, {r['pairs']} of {SEEDS} pairs" if short else "")
 
 
-def table(task: str, rungs: dict) -> list[str]:
+def table(task: str, rungs: dict, others: dict = None) -> list[str]:
     key, name, vkey, vname = study.primary(task)
     lines = [f"### {task}", "", f"Primary metric: {name} (mean ± Std over the converged seeds; min-max over them). "
              + "; ".join(f"{r}: {RUNGS[r][0]}" for r in RUNGS) + ".", "",
@@ -282,7 +288,7 @@ def table(task: str, rungs: dict) -> list[str]:
         if t["result"] is not None:
             lines.append(test_row(t, f"{t['row']}: {t['a']} vs {t['b']}", verdict(t, None)))
     return (lines + [""] + answer(task, rungs, tests, grown) + [f"![{task}: the ladder, per seed](ladder/{task}.png)", ""]
-            + budget(task, rungs))
+            + budget(task, rungs, others))
 
 
 def test_row(t: dict, name: str, word: str) -> str:
@@ -323,11 +329,10 @@ def main() -> None:
     plt = study.pyplot()
     if plt is None:
         print("results/ladder.py: matplotlib is not installed; tables only, the plots are skipped", file=sys.stderr)
-    body = []
-    for task in TASKS:
-        rungs = load(task)
+    body, every = [], {task: load(task) for task in TASKS}
+    for task, rungs in every.items():
         if rungs:
-            body += table(task, rungs)
+            body += table(task, rungs, {t: r for t, r in every.items() if t != task})
             rung, first, why = pick(task, rungs, *screened(task, rungs, family(task, rungs)))
             if rung:
                 print(f"part C's rung for {task}: {rung}, recorded in {record(task, rungs, rung, first, why)}")

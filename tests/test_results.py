@@ -254,3 +254,14 @@ def test_round2_sh_trains_the_declared_runs_it_cannot_reuse(tmp_path):
     main_rows = dict(re.findall(r'row "\$1" (\w+) "\$2" (.*)', sh))  # study.sh's main rows and their flags
     assert set(main_rows) == set(study.MAIN)
     assert all(flags == f"{main_rows[row].strip()} --max_iters 4500 --d_model 64" for _, row, _, flags in runs)
+
+
+def test_the_ladder_budget_scales_a_missing_row_by_the_other_tasks_measured_ratio():
+    import ladder
+    timed = lambda minutes, n=8: [{"train_time_s": 60.0 * minutes, "eval_time_s": 0.0}] * n
+    copy = {"r2": {"fixed": timed(90)}}
+    dyck = {"r2": {"fixed": timed(30)}, "r3": {"fixed": timed(90, 1)}}  # r3 / r2 = 3 on dyck's fixed row
+    text = "\n".join(ladder.budget("copy", copy, {"dyck": dyck}))
+    assert "| r3 | fixed | 0 / 8 | 270 (r2 x dyck's r3 / r2) | 36.0 |" in text
+    assert "| rE | fixed | 0 / 8 | 90 (r2 x compute) | 12.0 |" in text  # dyck has no rE run: compute (3x / 3x)
+    assert "| r3 | fixed | 0 / 8 | 360 (r2 x compute) |" in "\n".join(ladder.budget("copy", copy))  # width^2 = 4x
