@@ -319,6 +319,9 @@ def plot(plt, task: str, rungs: dict) -> None:
             bx.plot(*zip(*pts), "o-", color=colors[row], label=row)
     bx.set(xscale="log", xlabel="training compute (x rung r1)", ylabel="Std over converged seeds",
            title=f"spread vs compute\n(rows with all {SEEDS} seeds; no EMA)")
+    ticks = sorted(set(cx.values()))
+    bx.set_xticks(ticks, [f"{c:g}x" for c in ticks])
+    bx.minorticks_off()
     bx.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(LADDER, f"{task}.png"), dpi=110, metadata={"Software": None})
