@@ -32,15 +32,17 @@ row_flags() {  # the main rows, as results/study.sh's main_rows trains them
   esac
 }
 queue() {
-  local task choice first seeds flags k row reuse
+  local task choice first seeds flags k row dir
   for task in dyck copy; do
     choice="results/round2/$task/choice.json"
     [ -f "$choice" ] || continue
     read -r first seeds flags < <(python -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c["first"], c["seeds"], c["flags"])' "$choice")
+    local -A reuse=()
+    while read -r row dir; do reuse[$row]=$dir; done < <(python -c 'import json, sys; [print(*kv) for kv in json.load(open(sys.argv[1]))["reuse"].items()]' "$choice")
     for ((k = first; k < first + seeds; k++)); do
       for row in fixed matched window rl; do
-        reuse=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["reuse"].get(sys.argv[2], ""))' "$choice" "$row")
-        [ -n "$reuse" ] && [ -f "$reuse/seed$k/eval.json" ] && continue
+        dir=${reuse[$row]:-}
+        [ -n "$dir" ] && [ -f "$dir/seed$k/eval.json" ] && continue
         echo "$task $row $k $(row_flags $row) $flags"
       done
     done
