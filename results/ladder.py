@@ -227,7 +227,7 @@ def budget(task: str, rungs: dict, others: dict = None) -> list[str]:
                     if o.get(rung, {}).get(row) and o.get("r2", {}).get(row)]
             if runs:
                 m, how = median_min(runs), "measured"
-            elif base and seen and rung != "r2":
+            elif base and seen:
                 t, a, b = seen[0]
                 m, how = median_min(base) * median_min(a) / median_min(b), f"r2 x {t}'s {rung} / r2"
             elif base:
