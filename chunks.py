@@ -39,7 +39,7 @@ from tqdm import tqdm
 import evaluate
 import rundir
 import stack
-from cli import atomic_write, log_line, sigint_ignored, write_json
+from cli import atomic_write, interrupted, log_line, write_json
 from config import build, lr_at, seeds_of, stream, trained_depth
 from tasks import IGNORE, PAD, curriculum_n_max, eval_set, train_batch
 
@@ -296,10 +296,8 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
                     atomic_write(ckpts[s], lambda f, ck=ck: torch.save(ck, f))
                 step = done
                 t0 += time.time() - t_save  # checkpoint writes are not training time
-    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run); a second one does not cut the message
-        with sigint_ignored():
-            msg = f"interrupted after step {done}; the last checkpoints are at step {step}; continue with --resume"
-        raise KeyboardInterrupt(msg) from None
+    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run)
+        raise interrupted(done, lambda: f"the last checkpoints are at step {step}") from None
     bar.close()
     evals = []
     for s, (c, d) in enumerate(zip(cfgs, dirs)):

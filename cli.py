@@ -108,6 +108,13 @@ def no_arguments(prog: str) -> None:
         sys.exit(2)
 
 
+def interrupted(done: int, where) -> KeyboardInterrupt:
+    """A training loop's Ctrl-C, as one line (cli.run prints it and exits 130): where() names the last
+    checkpoint in words, and runs with Ctrl-C ignored, so a second one does not cut the message."""
+    with sigint_ignored():
+        return KeyboardInterrupt(f"interrupted after step {done}; {where()}; continue with --resume")
+
+
 @contextlib.contextmanager
 def sigint_ignored(restore: bool = True):
     """Ignore Ctrl-C inside the block (and after it, unless restore), in the main thread: elsewhere signals

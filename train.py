@@ -29,7 +29,7 @@ import chunks
 import evaluate
 import rundir
 import tables
-from cli import atomic_write, log_line, parse, run, sigint_ignored, write_json
+from cli import atomic_write, interrupted, log_line, parse, run, write_json
 from config import RECIPES, Config, build, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
 from tasks import curriculum_n_max, eval_set, train_batch
 
@@ -175,10 +175,8 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
                 save(done)
                 step = done
                 t0 += time.time() - t_save  # checkpoint writes are not training time
-    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run); a second one does not cut the message
-        with sigint_ignored():
-            msg = f"interrupted after step {done}; {rundir.last_good(ckpt_path)}; continue with --resume"
-        raise KeyboardInterrupt(msg) from None
+    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run)
+        raise interrupted(done, lambda: rundir.last_good(ckpt_path)) from None
     bar.close()
     with eager():
         return finish_run(cfg, run_dir, model, schedule, task, T_eval, elapsed, env, segments, device, ema)

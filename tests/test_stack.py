@@ -174,7 +174,7 @@ def strip_clock(path):
 
 
 @pytest.mark.parametrize("static", [False, True])
-def test_killed_chunk_resumes_bitwise(tmp_path, monkeypatch, static):
+def test_killed_chunk_resumes_bitwise(tmp_path, monkeypatch, capsys, static):
     flags = ["--ckpt_interval", "7"] + (["--static"] if static else [])  # logs every 5: the resumed log line mixes both
     assert run(tmp_path, "a", *flags) == 0
     real, calls = chunks.train_batch, {"n": 0}
@@ -186,7 +186,9 @@ def test_killed_chunk_resumes_bitwise(tmp_path, monkeypatch, static):
         return real(*a, **k)
 
     monkeypatch.setattr(chunks, "train_batch", crashing)
+    capsys.readouterr()
     assert run(tmp_path, "b", *flags) == 130
+    assert "interrupted after step 15; the last checkpoints are at step 14; continue with --resume" in capsys.readouterr().err
     monkeypatch.setattr(chunks, "train_batch", real)
     assert ckpt(tmp_path / "b" / "seed2" / "ckpt.pt")["step"] == 14
     assert run(tmp_path, "b", "--resume", *flags) == 0
