@@ -308,7 +308,7 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
 
 def train_chunks(cfg, runs: list, rank: int, world: int, device: str, finish) -> tuple[list, list]:
     """The seeds `runs` [(seed, run dir)] in chunks of cfg.stack, chunk i on rank i % world, each seed planned
-    again under its lock (rundir.plan) as train.py does. Finished seeds are skipped; within a chunk, seeds
+    again under its lock (rundir.claim) as train.py does. Finished seeds are skipped; within a chunk, seeds
     resumed from checkpoints at different steps train as sub-chunks. finish: see train_chunk."""
     chunks = [runs[i:i + cfg.stack] for i in range(0, len(runs), cfg.stack)]
     evals, failures = [], []
@@ -318,11 +318,7 @@ def train_chunks(cfg, runs: list, rank: int, world: int, device: str, finish) ->
             for k, d in part:
                 run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
                 locks.enter_context(rundir.Lock(d))
-                action, start = rundir.plan(run_cfg, d, single=cfg.seeds == 1)
-                if action == "overwrite":  # --overwrite: the old run's files go before the new run writes any
-                    for f in rundir.RUN_FILES:
-                        if os.path.exists(os.path.join(d, f)):
-                            os.remove(os.path.join(d, f))
+                action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)
                 if action == "skip":
                     print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
                     evals.append({**evaluate.load_eval(d), "run_dir": d})

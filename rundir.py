@@ -296,6 +296,17 @@ def plan(cfg, d: str, single: bool = True):
 SEGMENT = ("threads", "device", "amp", "compile")  # the settings a resume may change, kept per segment
 
 
+def claim(cfg, run_dir: str, single: bool) -> tuple:
+    """plan(), made again under the run's Lock (another process may have filled run_dir since the first
+    check); on --overwrite the old run's files go here, before the new run writes any."""
+    action, start = plan(cfg, run_dir, single)
+    if action == "overwrite":
+        for f in RUN_FILES:
+            if os.path.exists(os.path.join(run_dir, f)):
+                os.remove(os.path.join(run_dir, f))
+    return action, start
+
+
 def segments(cfg_path: str) -> list:
     """The segments [{step, threads, device, amp, compile, env}] recorded in a run's config.json (a run from
     before segments were recorded: one, from its env)."""

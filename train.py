@@ -249,12 +249,7 @@ def main(argv=None) -> None:
     for k, d in runs[rank::world] if not cfg.stack else []:  # rank r trains seeds r, r+P, ...
         run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
         with rundir.Lock(d):
-            # planned again under the lock: another process may have filled d since the check above
-            action, start = rundir.plan(run_cfg, d, single=cfg.seeds == 1)
-            if action == "overwrite":  # --overwrite: the old run's files go before the new run writes any
-                for f in rundir.RUN_FILES:
-                    if os.path.exists(os.path.join(d, f)):
-                        os.remove(os.path.join(d, f))
+            action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)  # planned again, under the lock
             if action == "skip":
                 print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
                 e = evaluate.load_eval(d)
