@@ -293,9 +293,6 @@ def plan(cfg, d: str, single: bool = True):
     return "fresh", None
 
 
-SEGMENT = ("threads", "device", "amp", "compile")  # the settings a resume may change, kept per segment
-
-
 def claim(cfg, run_dir: str, single: bool) -> tuple:
     """plan(), made again under the run's Lock (another process may have filled run_dir since the first
     check); on --overwrite the old run's files go here, before the new run writes any."""
@@ -305,6 +302,9 @@ def claim(cfg, run_dir: str, single: bool) -> tuple:
             if os.path.exists(os.path.join(run_dir, f)):
                 os.remove(os.path.join(run_dir, f))
     return action, start
+
+
+SEGMENT = ("threads", "device", "amp", "compile")  # the settings a resume may change, kept per segment
 
 
 def segments(cfg_path: str) -> list:
