@@ -28,6 +28,13 @@ fixed / matched / window; dyck's r3 took 3.1x its r2 minutes; no copy run at r3 
 take about 70 lane-hours (35 hours of this machine) against the issue's 12 hours a task, so part C does not
 wait for it on copy (GATE): copy's rung is chosen from r1, r2 and rE. Copy's r3 stays in the queue, last,
 for spare CPU time or a GPU; copy's ladder on this CPU spans 3x in compute, dyck's 12x.
+
+Amendment 3, 2026-12-02, from convergence only (copy's committed r2 runs: fixed seed 1 at 96.6% ID after
+4500 steps, the other three >= 99%; no copy run at rE; no look at a spread): the rule above is silent when no
+complete rung converges on >= 90% of every row (at 8 seeds that needs 8 of 8), and copy may be such a task.
+Then part C runs at the complete rung whose worst row converged on the largest fraction of its seeds (of
+equal fractions, the least compute), on seeds 0-15, and its choice says that the fraction is below the
+protocol's 90%; the primary analysis stays on the pairs converged in both rows.
 """
 
 import json
@@ -171,11 +178,13 @@ def pick(task: str, rungs: dict, done: list, shows: list, std) -> tuple:
     if shows:
         rung = max({t["rung"] for t in shows}, key=lambda r: max(std(r, "fixed"), std(r, "matched")))
         return rung, SEEDS, "the screen shows the failure mode there, with the largest deterministic Std; seeds 8-23, fresh"
-    converges = lambda runs: sum(map(study.converged, runs)) >= CONVERGE_FRACTION * len(runs)
-    ok = [r for r in done if all(converges(rungs[r][row]) for row in ROWS)]
-    if not ok:
-        return None, None, "none yet; no complete rung shows the failure mode or converges on >= 90% of every row"
-    return ok[0], 0, "no rung shows the failure mode; the least compute where every row converged on >= 90% of its seeds; seeds 0-15"
+    worst = {r: min(sum(map(study.converged, rungs[r][row])) / len(rungs[r][row]) for row in ROWS) for r in done}
+    ok = [r for r in done if worst[r] >= CONVERGE_FRACTION]
+    if ok:
+        return ok[0], 0, "no rung shows the failure mode; the least compute where every row converged on >= 90% of its seeds; seeds 0-15"
+    best = max(done, key=worst.get)  # done is in order of compute: of equal rungs, the least compute (amendment 3)
+    return best, 0, (f"no rung shows the failure mode and none converged on >= 90% of every row; the one whose worst row "
+                     f"converged most ({worst[best]:.0%} of its seeds, below the protocol's 90%); seeds 0-15")
 
 
 def part_c(task: str, rungs: dict, done: list, shows: list, std) -> str:
