@@ -40,6 +40,19 @@ HARMLESS = {"threads", "device", "amp", "compile", "eval_batch_size", "log_inter
 MAX_SEED = 2 ** 32 - 1
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo; elsewhere platform.processor()): on another CPU model the
+    same seed and thread count can round differently, so every run records it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment() -> dict:
     """Versions, hardware and the git commit of the code, recorded in config.json and eval.json."""
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()
@@ -48,7 +61,7 @@ def environment() -> dict:
                                 capture_output=True, text=True, timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
-    return {"torch": torch.__version__, "python": platform.python_version(), "hardware": dev,
+    return {"torch": torch.__version__, "python": platform.python_version(), "hardware": dev, "cpu": cpu_model(),
             "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "git_commit": commit}
 
 

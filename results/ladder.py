@@ -253,6 +253,19 @@ def budget(task: str, rungs: dict, others: dict = None) -> list[str]:
             "measured on the other task's same row, or else by steps x width^2 (an estimate).", ""]
 
 
+def machines(rungs: dict) -> list[str]:
+    """The CPU models the ladder's runs finished on: lanes run in many sittings, not always on one model, and
+    another model can round a seed's run differently (README, "Seeds and reproducibility")."""
+    seen = {}
+    for e in (e for rung, rows in rungs.items() if rung != "r1" for runs in rows.values() for e in runs):
+        cpu = e["env"].get("cpu", "not recorded (runs before 2026-12-02)")
+        seen[cpu] = seen.get(cpu, 0) + 1
+    if not seen:
+        return []
+    return ["CPU models the rungs' runs finished on (eval.json's env): "
+            + ", ".join(f"{cpu}: {n}" for cpu, n in sorted(seen.items())) + ".", ""]
+
+
 def verdict(t: dict, higher=False) -> str:
     """A declared test's words (higher=False: the paper's direction, a spreads less; None: two-sided)."""
     r = t["result"]
@@ -297,7 +310,7 @@ def table(task: str, rungs: dict, others: dict = None) -> list[str]:
         if t["result"] is not None:
             lines.append(test_row(t, f"{t['row']}: {t['a']} vs {t['b']}", verdict(t, None)))
     return (lines + [""] + answer(task, rungs, tests, grown) + [f"![{task}: the ladder, per seed](ladder/{task}.png)", ""]
-            + budget(task, rungs, others))
+            + budget(task, rungs, others) + machines(rungs))
 
 
 def test_row(t: dict, name: str, word: str) -> str:

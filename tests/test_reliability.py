@@ -82,7 +82,7 @@ def test_same_seed_same_numbers_and_schedule_does_not_change_data(tmp_path, monk
     assert strip_clock(tmp_path / "a" / "metrics.jsonl") == strip_clock(tmp_path / "b" / "metrics.jsonl")
     assert eval_numbers(tmp_path / "a" / "eval.json") == eval_numbers(tmp_path / "b" / "eval.json")
     cfg = json.load(open(tmp_path / "a" / "config.json"))
-    assert {"torch", "python", "git_commit"} <= set(cfg["env"])
+    assert {"torch", "python", "git_commit", "cpu"} <= set(cfg["env"])
     # the batches a seed sees do not depend on the schedule (data and depth generators are independent)
     seen = {}
     real = train.train_batch

@@ -269,3 +269,12 @@ def test_the_ladder_budget_scales_a_missing_row_by_the_other_tasks_measured_rati
     assert "| r3 | fixed | 0 / 8 | 270 (r2 x dyck's r3 / r2) | 36.0 |" in text
     assert "| rE | fixed | 0 / 8 | 90 (r2 x compute) | 12.0 |" in text  # dyck has no rE run: compute (3x / 3x)
     assert "| r3 | fixed | 0 / 8 | 360 (r2 x compute) |" in "\n".join(ladder.budget("copy", copy))  # width^2 = 4x
+
+
+def test_the_ladder_names_the_cpu_models_its_runs_finished_on():
+    import ladder
+    rungs = ladder_rungs({"r1": {"fixed": 3.0}, "r2": {"fixed": 3.0, "window": 3.0}})
+    for k, e in enumerate(rungs["r2"]["fixed"] + rungs["r2"]["window"]):
+        e["env"] = {"cpu": "AMD EPYC"} if k < 10 else {}  # a run from before env.cpu was recorded
+    line = ladder.machines(rungs)[0]
+    assert "AMD EPYC: 10" in line and "not recorded (runs before 2026-12-02): 6" in line  # r1: not counted
