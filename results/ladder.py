@@ -37,6 +37,7 @@ equal fractions, the least compute), on seeds 0-15, and its choice says that the
 protocol's 90%; the primary analysis stays on the pairs converged in both rows.
 """
 
+import collections
 import json
 import os
 import statistics
@@ -256,10 +257,8 @@ def budget(task: str, rungs: dict, others: dict = None) -> list[str]:
 def machines(rungs: dict) -> list[str]:
     """The CPU models the ladder's runs finished on: lanes run in many sittings, not always on one model, and
     another model can round a seed's run differently (README, "Seeds and reproducibility")."""
-    seen = {}
-    for e in (e for rung, rows in rungs.items() if rung != "r1" for runs in rows.values() for e in runs):
-        cpu = e["env"].get("cpu", "not recorded (runs before 2026-12-02)")
-        seen[cpu] = seen.get(cpu, 0) + 1
+    seen = collections.Counter(e["env"].get("cpu", "not recorded (runs before 2026-12-02)")
+                               for rung, rows in rungs.items() if rung != "r1" for runs in rows.values() for e in runs)
     if not seen:
         return []
     return ["CPU models the rungs' runs finished on (eval.json's env): "
