@@ -185,17 +185,20 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
 def finish_run(cfg: Config, run_dir: str, model, schedule, task, T_eval: int, elapsed: float, env: dict, segments: list,
                device: str, ema: dict = None) -> dict:
     """Evaluate a trained run on the fixed test and validation sets (on its EMA weights, when it keeps them) and
-    write its eval.json (train_run; each seed of a --stack chunk, chunks.py)."""
+    write its eval.json (train_run; each seed of a --stack chunk, chunks.py). An EMA run also scores its raw
+    weights first (`raw_metrics`): the same run without the average, its own control on the same machine."""
     t_eval = time.time()
     lengths = rundir.lengths(cfg)
-    if ema is not None:  # evaluate the EMA weights (the checkpoint keeps both: "model" raw, "ema" averaged)
+    sets = (eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed), eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed + 1))
+    score = lambda: evaluate.evaluate(model, schedule, task, *sets, T_eval, cfg.n_max, cfg.eval_batch_size, device)
+    raw = None
+    if ema is not None:  # then the EMA weights (the checkpoint keeps both: "model" raw, "ema" averaged)
+        raw = score()["metrics"]
         evaluate.apply_ema(model, schedule, ema)
-    e = evaluate.evaluate(model, schedule, task, eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed),
-                          eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed + 1), T_eval, cfg.n_max,
-                          cfg.eval_batch_size, device)
+    e = score()
     log_path = os.path.join(run_dir, "metrics.jsonl")
     e = {"task": cfg.task, "schedule": cfg.schedule, "seed": cfg.seed, "n_max": cfg.n_max, **e,
-         "weights": "ema" if ema is not None else "raw",
+         "weights": "ema" if ema is not None else "raw", **({"raw_metrics": raw} if raw is not None else {}),
          "train_time_s": elapsed, "eval_time_s": time.time() - t_eval, "steps": cfg.max_iters,
          "diverged": diverged(log_path, len(task.vocab)), "config": dataclasses.asdict(cfg), "env": env,
          "segments": segments}

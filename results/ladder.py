@@ -35,6 +35,17 @@ complete rung converges on >= 90% of every row (at 8 seeds that needs 8 of 8), a
 Then part C runs at the complete rung whose worst row converged on the largest fraction of its seeds (of
 equal fractions, the least compute), on seeds 0-15, and its choice says that the fraction is below the
 protocol's 90%; the primary analysis stays on the pairs converged in both rows.
+
+Amendment 4, 2026-12-02, from the machines only (4 of dyck's 24 rE runs in; no rE row complete, no rE test
+read): "rE against r2" compares runs made on different CPU models (dyck's r2 on the earlier sittings' machine,
+not recorded; rE on an AMD EPYC), and a CPU model alone moved one seed's result by ~34 points (rE fixed seed
+0's raw weights: hard-subset Oracle 66.1 on the EPYC, its r2 twin 98.0), so it cannot tell the EMA's effect
+from the machine's. An EMA run now also scores its raw weights (eval.json's raw_metrics; train.finish_run):
+EMA training is the same run without the average (it touches no weight and draws no random number), so rE's
+growth test is the EMA weights against the raw weights *of the same runs*: paired on one machine, by seed.
+rE's raw rows are r2's command again on the machine rE ran on; the table shows them beside r2's. The four rE
+runs committed before this (dyck fixed 0, matched 0, window 0 and 7) had no raw_metrics and were re-run by the
+same command on the same CPU model (git history keeps the first ones).
 """
 
 import collections
@@ -65,7 +76,8 @@ RUNGS = {"r1": ("the study's first round, seeds 0-7", 1, 64),
          "rH": ("the paper's width (d_model 256) on an H200, 16 seeds stacked (results/cuda/rung.sh)", None, 256)}
 RECIPE_STEPS = {"copy": 1500, "dyck": 800}  # config.RECIPES' max_iters (tests/test_results.py checks)
 TESTS = (("window", "fixed"), ("window", "matched"))  # the paper: the window spreads less than each
-GROWTH = [(rung, "r2" if rung == "rE" else "r1") for rung in RUNGS if rung != "r1"]  # (rung, against), per row
+# (rung, against), per row; "raw": the rung's own runs scored on their raw weights (amendment 4)
+GROWTH = [(rung, "raw" if rung == "rE" else "r1") for rung in RUNGS if rung != "r1"]
 CPU_RUNGS = ("r2", "rE", "r3")  # trained on this CPU (rH needs a GPU)
 # part C's rung is chosen once these are complete; copy's r3 is out of the CPU's budget (amendment 2 below)
 GATE = {"dyck": CPU_RUNGS, "copy": ("r2", "rE")}
@@ -92,6 +104,11 @@ def load(task: str) -> dict:
         if rows:
             out[rung] = rows
     return out
+
+
+def raw(rows: dict) -> dict:
+    """An EMA rung's runs scored on their raw weights (eval.json's raw_metrics), {row: [eval dicts]}."""
+    return {row: r for row, runs in rows.items() if (r := [{**e, "metrics": e["raw_metrics"]} for e in runs if "raw_metrics" in e])}
 
 
 def adjust(tests: list) -> list:
@@ -122,7 +139,8 @@ def growth(task: str, rungs: dict) -> list[dict]:
     tests = []
     for row in ROWS:
         for rung, ref in GROWTH:
-            a, b = rungs.get(rung, {}).get(row), rungs.get(ref, {}).get(row)
+            a = rungs.get(rung, {}).get(row)
+            b = (raw(rungs.get(rung, {})) if ref == "raw" else rungs.get(ref, {})).get(row)
             tests.append({"rung": rung, "a": rung, "b": ref, "row": row,
                           "result": study.compare(a, b, key, True) if a and b else None})
     return adjust(tests)
@@ -161,7 +179,7 @@ def answer(task: str, rungs: dict, tests: list, grown: list) -> list[str]:
                  "finds the window spreading less than a deterministic row at Holm p < 0.05 (8 seeds a row, per-rung family)."]
     for row in ("fixed", "matched"):
         path = " -> ".join(f"{std(r, row):.1f} ({r})" for r in done)
-        g = [t for t in grown if t["row"] == row and t["a"] in done and t["b"] in done and t.get("p_holm") is not None]
+        g = [t for t in grown if t["row"] == row and t["a"] in done and t["b"] in done + ["raw"] and t.get("p_holm") is not None]
         sig = [f"{t['a']} vs {t['b']}: {'grows' if t['result']['da'] > t['result']['db'] else 'shrinks'} at Holm p {study.fmtp(t['p_holm'])}"
                for t in g if t["p_holm"] < 0.05]
         lines.append(f"{row}'s Std over converged seeds: {path}; " + ("; ".join(sig) if sig else
@@ -283,7 +301,10 @@ def table(task: str, rungs: dict, others: dict = None) -> list[str]:
              + "; ".join(f"{r}: {RUNGS[r][0]}" for r in RUNGS) + ".", "",
              f"| rung | compute | row | converged / seeds | {name} | min-max | {vname} | minutes a run |",
              "|---|---|---|---|---|---|---|---|"]
-    for rung, rows in rungs.items():
+    shown = []
+    for rung, rows in rungs.items():  # and after an EMA rung, its runs' raw weights
+        shown += [(rung, rows)] + ([(f"{rung} raw", r)] if (r := raw(rows)) else [])
+    for rung, rows in shown:
         for row, runs in rows.items():
             conv = [e for e in runs if study.converged(e)]
             v = [e["metrics"][key] for e in conv]
@@ -301,8 +322,9 @@ def table(task: str, rungs: dict, others: dict = None) -> list[str]:
         lines.append(test_row(t, f"{t['a']} vs {t['b']}", verdict(t)))
     lines += ["", "The screen: Holm adjusts within each rung (2 tests); paired p: the permutation test of Std on the seeds "
               "converged in both rows; unpaired: Brown-Forsythe. Why per rung and what confirms it: results/ladder.py.", "",
-              "Growth: a row's Std at a rung against its reference rung (r1; rE against r2), two-sided, Holm within the "
-              "rung (3 tests).", "",
+              "Growth: a row's Std at a rung against its reference rung (r1; rE: against the raw weights of the same runs, "
+              "amendment 4), two-sided, Holm within the rung (3 tests). \"rE raw\": rE's runs scored on their raw weights, "
+              "r2's command again on the machine rE ran on.", "",
               "| rung | row: Std at this rung vs the reference | converged pairs | paired p | Holm p | unpaired p | verdict |",
               "|---|---|---|---|---|---|---|"]
     for t in grown:

@@ -67,12 +67,25 @@ def test_ema_start_is_the_curriculums_end():
 
 def test_ema_leaves_training_alone_is_evaluated_and_resumes_bitwise(tmp_path, monkeypatch):
     train.main(TINY + ["--out_dir", str(tmp_path / "raw")])
+    scored, real_eval = [], evaluate.evaluate  # the weights each evaluation of the EMA run scores
+
+    def spy(model, *args, **kw):
+        scored.append({k: p.detach().clone() for k, p in model.named_parameters()})
+        return real_eval(model, *args, **kw)
+
+    monkeypatch.setattr(evaluate, "evaluate", spy)
     train.main(TINY + ["--out_dir", str(tmp_path / "a"), "--ema", "0.9", "--ema_start", "5"])
+    monkeypatch.setattr(evaluate, "evaluate", real_eval)
     raw, a = (torch.load(tmp_path / d / "ckpt.pt", weights_only=True) for d in ("raw", "a"))
+    assert len(scored) == 2  # raw_metrics on the raw weights, then metrics on the EMA weights
+    for weights, want in zip(scored, (a["model"], a["ema"]["model"])):
+        assert all(torch.equal(p, want[k]) for k, p in weights.items())
     assert raw["ema"] is None and all(torch.equal(v, a["model"][k]) for k, v in raw["model"].items())
     assert not all(torch.equal(a["ema"]["model"][k], v) for k, v in a["model"].items())  # the average differs
     ea = json.load(open(tmp_path / "a" / "eval.json"))
-    assert ea["weights"] == "ema" and json.load(open(tmp_path / "raw" / "eval.json"))["weights"] == "raw"
+    er = json.load(open(tmp_path / "raw" / "eval.json"))
+    assert ea["weights"] == "ema" and er["weights"] == "raw" and "raw_metrics" not in er
+    assert ea["raw_metrics"] == er["metrics"]  # the EMA run scores its raw weights too: the same weights, the same scores
     _, _, model, _ = evaluate.load_run(str(tmp_path / "a"))  # readouts see the weights eval.json scored
     assert all(torch.equal(p, a["ema"]["model"][k]) for k, p in model.named_parameters())
     # crash after the checkpoint at step 10, resume: the same weights and the same EMA, bit for bit

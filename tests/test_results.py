@@ -166,6 +166,21 @@ def test_ladder_answer_finds_the_failure_mode_only_where_it_is():
     assert "rE (23 of 24 runs)" in text and "not chosen until" in text
 
 
+def test_the_ema_rung_is_tested_against_its_own_raw_weights():
+    import ladder
+    flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
+    rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": flat})
+    assert ladder.raw(rungs["rE"]) == {} and all(t["result"] is None for t in ladder.growth("copy", rungs) if t["rung"] == "rE")
+    wide = ladder_rungs({"rE": {"fixed": 30.0, "matched": 3.0, "window": 3.0}})["rE"]
+    for row, runs in rungs["rE"].items():  # the raw weights of the same seeds: fixed spreads 10x wider
+        for e, w in zip(runs, wide[row]):
+            e["raw_metrics"] = w["metrics"]
+    grown = ladder.growth("copy", rungs)
+    assert [t["b"] for t in grown if t["rung"] == "rE"] == ["raw"] * 3
+    text = "\n".join(ladder.answer("copy", rungs, ladder.family("copy", rungs), grown))
+    assert "fixed's Std over converged seeds: " in text and "rE vs raw: shrinks at Holm p 0.023" in text
+
+
 def test_a_spread_verdict_says_when_its_pair_count_could_not_reach_significance():
     import study
     few, many = {"n": 5, "p": 0.3}, {"n": 16, "p": 0.3}
