@@ -44,8 +44,10 @@ from the machine's. An EMA run now also scores its raw weights (eval.json's raw_
 EMA training is the same run without the average (it touches no weight and draws no random number), so rE's
 growth test is the EMA weights against the raw weights *of the same runs*: paired on one machine, by seed.
 rE's raw rows are r2's command again on the machine rE ran on; the table shows them beside r2's. The four rE
-runs committed before this (dyck fixed 0, matched 0, window 0 and 7) had no raw_metrics and were re-run by the
-same command on the same CPU model (git history keeps the first ones).
+runs committed before this (dyck fixed 0, matched 0, window 0 and 7) had no raw_metrics: they were resumed
+(--resume) from their final checkpoints (step 2400, still on the machine that trained them), which evaluates
+again, raw weights and then EMA; their EMA metrics came out identical to the first evaluation's (git history
+keeps it), and config.json's segments record the resume.
 """
 
 import collections
