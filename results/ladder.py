@@ -281,8 +281,16 @@ def machines(rungs: dict) -> list[str]:
                                for rung, rows in rungs.items() if rung != "r1" for runs in rows.values() for e in runs)
     if not seen:
         return []
+    cpus = lambda runs: {e["seed"]: c for e in runs if (c := e["env"].get("cpu"))}
+    split = []  # a screen pair whose two runs both recorded their CPU model, and not the same one
+    for rung, rows in rungs.items():
+        for a, b in TESTS if rung != "r1" else ():
+            ca, cb = cpus(rows.get(a, [])), cpus(rows.get(b, []))
+            split += [f"{rung} {a}/{b} seed {k}" for k in sorted(ca.keys() & cb.keys()) if ca[k] != cb[k]]
     return ["CPU models the rungs' runs finished on (eval.json's env): "
-            + ", ".join(f"{cpu}: {n}" for cpu, n in sorted(seen.items())) + ".", ""]
+            + ", ".join(f"{cpu}: {n}" for cpu, n in sorted(seen.items())) + ". Screen pairs whose two runs finished on "
+            "different recorded CPU models (still paired by seed; the machine adds noise to their difference): "
+            + (", ".join(split) if split else "none") + ".", ""]
 
 
 def verdict(t: dict, higher=False) -> str:

@@ -293,3 +293,8 @@ def test_the_ladder_names_the_cpu_models_its_runs_finished_on():
         e["env"] = {"cpu": "AMD EPYC"} if k < 10 else {}  # a run from before env.cpu was recorded
     line = ladder.machines(rungs)[0]
     assert "AMD EPYC: 10" in line and "not recorded (runs before 2026-12-02): 6" in line  # r1: not counted
+    assert line.endswith("difference): none.")  # seeds 0-1 of window: EPYC beside fixed's EPYC; 2-7: not recorded
+    rungs["r2"]["window"][0]["env"] = {"cpu": "Intel(R) Xeon(R) Processor"}
+    rungs["r2"]["window"][2]["env"] = {"cpu": "Intel(R) Xeon(R) Processor"}  # fixed's seed 2 recorded AMD EPYC
+    line = ladder.machines(rungs)[0]
+    assert line.endswith("difference): r2 window/fixed seed 0, r2 window/fixed seed 2.")
