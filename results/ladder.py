@@ -171,13 +171,14 @@ def answer(task: str, rungs: dict, tests: list, grown: list) -> list[str]:
     """The question's answer in words, from complete rungs only, and the rung part C runs at."""
     done, shows, std = screened(task, rungs, tests)
     todo = [f"{r} ({sum(len(rungs.get(r, {}).get(row, [])) for row in ROWS)} of {len(ROWS) * SEEDS} runs)" for r in RUNGS if r not in done and r != "rH"]
+    head = "**Answer so far:**" if todo else "**Answer on the CPU rungs** (rH, the H200's, not run):"
     if shows:
         what = "; ".join(f"at {t['rung']} the window spreads less than {t['b']} (Std {t['result']['da']:.1f} vs "
                          f"{t['result']['db']:.1f}, Holm p {study.fmtp(t['p_holm'])})" for t in shows)
-        lines = [f"**Answer so far:** the screen shows the failure mode ({what}); part C confirms it on fresh seeds."]
+        lines = [f"{head} the screen shows the failure mode ({what}); part C confirms it on fresh seeds."]
     else:
         top = done[-1]
-        lines = [f"**Answer so far:** no complete rung up to {top} ({steps_width(rungs[top])}) shows it: no declared test "
+        lines = [f"{head} no complete rung up to {top} ({steps_width(rungs[top])}) shows it: no declared test "
                  "finds the window spreading less than a deterministic row at Holm p < 0.05 (8 seeds a row, per-rung family)."]
     for row in ("fixed", "matched"):
         path = " -> ".join(f"{std(r, row):.1f} ({r})" for r in done)
