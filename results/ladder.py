@@ -171,7 +171,8 @@ def answer(task: str, rungs: dict, tests: list, grown: list) -> list[str]:
     """The question's answer in words, from complete rungs only, and the rung part C runs at."""
     done, shows, std = screened(task, rungs, tests)
     todo = [f"{r} ({sum(len(rungs.get(r, {}).get(row, [])) for row in ROWS)} of {len(ROWS) * SEEDS} runs)" for r in RUNGS if r not in done and r != "rH"]
-    head = "**Answer so far:**" if todo else "**Answer on the CPU rungs** (rH, the H200's, not run):"
+    head = ("**Answer so far:**" if todo else "**Answer:**" if "rH" in done
+            else "**Answer on the CPU rungs** (rH, the H200's, not run):")
     if shows:
         what = "; ".join(f"at {t['rung']} the window spreads less than {t['b']} (Std {t['result']['da']:.1f} vs "
                          f"{t['result']['db']:.1f}, Holm p {study.fmtp(t['p_holm'])})" for t in shows)
