@@ -445,8 +445,8 @@ def pair_lines(task: str, rows: dict, first: int = 0) -> list[str]:
     return (["Tests between rows (descriptive, no claim, not corrected):", ""] + lines + [""]) if lines else []
 
 
-def section(task: str, rows: dict, plt, first: int = 0, claims: list = None, png: str = None) -> list[str]:
-    """A task's tables, plot and verdicts: the first round's, or (first, claims, png) round two's."""
+def section(task: str, rows: dict, plt, first: int = 0, claims: list = None, png: str = None, flags: str = "") -> list[str]:
+    """A task's tables, plot and verdicts: the first round's, or (first, claims, png, flags) round two's."""
     png = png or os.path.join(STUDY, f"{task}.png")
     published = {r["setting"].removesuffix(" (paper)"): r for r in tables.paper_rows() if r["task"] == task}
     hard = any(e["metrics"].get("oracle_hard_ood") is not None for runs in rows.values() for e in runs)
@@ -462,7 +462,7 @@ def section(task: str, rows: dict, plt, first: int = 0, claims: list = None, png
         if paper in published:
             lines.append(tables.format_row(published[paper], hard))
     cfg = rows[next(iter(rows))][0]["config"]
-    lines += ["", f"Recipe: `python train.py --task {task}` (d_model {cfg['d_model']}, {cfg['max_iters']} steps, "
+    lines += ["", f"Recipe: `python train.py --task {task}{' ' + flags if flags else ''}` (d_model {cfg['d_model']}, {cfg['max_iters']} steps, "
               f"n {cfg['n_min']}..{cfg['n_max']}, T_max {cfg['T_max']}, fixed c = T_max = {cfg['T_max']} (the paper's "
               f"fixed row: c = 20), T_test {cfg['T_test']}, test lengths {cfg['test_lengths']}, {cfg['eval_samples']} "
               "test samples per length)" + (f", weight EMA {cfg['ema']:g}" if cfg.get("ema") else "")
@@ -518,7 +518,8 @@ def main() -> None:
             continue
         choice, rows2 = two[0], {n: with_hard_shortcut(r) for n, r in two[1].items()}
         which = f"round two at the ladder's rung {choice['rung']}, seeds {choice['first']}-{choice['first'] + 15}"
-        sec = section(task, rows2, plt, choice["first"], round_two_claims(task), os.path.join(ROUND2, f"{task}.png"))
+        sec = section(task, rows2, plt, choice["first"], round_two_claims(task), os.path.join(ROUND2, f"{task}.png"),
+                      choice["flags"])
         two_body += sec[:2] + [f"Rung {choice['rung']} ({choice['why']}): `python train.py --task {task} ROW'S FLAGS "
                                f"{choice['flags']}`, recorded in results/round2/{task}/choice.json.", ""] + sec[2:]
         headline += headline_rows(task, rows2, choice["first"], round_two_claims(task), which)
