@@ -154,6 +154,15 @@ def test_ladder_answer_finds_the_failure_mode_only_where_it_is():
     rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": flat})
     text = "\n".join(ladder.answer("copy", rungs, ladder.family("copy", rungs), ladder.growth("copy", rungs)))
     assert "no complete rung up to r3 (2400 steps x d_model 128) shows it" in text and "Part C's rung: r1" in text
+    assert "**Answer on the CPU rungs** (rH, the H200's, not run)" in text
+    # copy's answer waits for its gate (r2, rE), not for r3 (amendment 2), and names what it lacks
+    del rungs["r3"]
+    text = "\n".join(ladder.answer("copy", rungs, ladder.family("copy", rungs), ladder.growth("copy", rungs)))
+    assert "(r3, beyond this CPU's budget (amendment 2), not run; rH, the H200's, not run)" in text
+    assert "no complete rung up to rE" in text and "Not complete yet" not in text
+    rungs["r3"] = {"fixed": ladder_rungs({"r3": flat})["r3"]["fixed"][:3]}
+    text = "\n".join(ladder.answer("copy", rungs, ladder.family("copy", rungs), ladder.growth("copy", rungs)))
+    assert "r3, beyond this CPU's budget (amendment 2), not complete" in text and "Not complete yet: r3 (3 of 24 runs)" in text
     # r1 converges on 7 of 8 seeds (< 90%): part C moves to the next rung; an incomplete rung postpones the choice
     rungs = ladder_rungs({"r1": flat}, unconverged=1) | ladder_rungs({"r2": flat, "rE": flat, "r3": flat})
     assert "Part C's rung: r2" in "\n".join(ladder.answer("copy", rungs, ladder.family("copy", rungs), ladder.growth("copy", rungs)))
