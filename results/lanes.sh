@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
 # Runs a queue of one-seed training runs in one lane: results/ladder.sh and results/round2.sh pipe their
 # queues here. Each line of stdin is `OUT_DIR TASK SEED FLAGS...`; lane LANE of LANES (environment, checked
-# by the caller) takes lines LANE, LANE + LANES, ... A finished run (eval.json) is skipped, a started one
-# resumed (--resume), and each run logs to LOGS/TASK-...-seedK.log (OUT_DIR below results/X/, / as -).
+# by the caller) takes its own lines LANE, LANE + LANES, ... first, then any other line that no lane is
+# running, so a lane whose share is done helps the others. A finished run (eval.json) is skipped, a started
+# one resumed (--resume); a lock per run (LOGS/....lock, released when its lane dies) keeps two lanes off one
+# run. Each run logs to LOGS/TASK-...-seedK.log (OUT_DIR below results/X/, / as -).
 #
 #   QUEUE | bash results/lanes.sh LOGS
 set -euo pipefail
 cd "$(dirname "$0")/.."
 logs=$1
 mkdir -p "$logs"
+own=() others=()
 i=0
-while read -r out task k flags; do
+while read -r line; do
+  if [ $(( i % ${LANES:-1} )) = "${LANE:-0}" ]; then own+=("$line"); else others+=("$line"); fi
   i=$((i + 1))
-  [ $(( (i - 1) % ${LANES:-1} )) = "${LANE:-0}" ] || continue
+done
+for line in ${own[@]+"${own[@]}"} ${others[@]+"${others[@]}"}; do
+  read -r out task k flags <<< "$line"
   [ -f "$out/eval.json" ] && continue
-  resume=
-  [ -f "$out/config.json" ] && resume=--resume
   rel=${out#results/*/}
   log="$logs/${rel//\//-}.log"
+  exec 9> "${log%.log}.lock"
+  if ! flock -n 9 || [ -f "$out/eval.json" ]; then exec 9>&-; continue; fi  # another lane runs it, or just finished it
+  resume=
+  [ -f "$out/config.json" ] && resume=--resume
   # shellcheck disable=SC2086
   python train.py --task "$task" --seed "$k" --seeds 1 --threads 1 $resume --out_dir "$out" $flags > "$log" 2>&1 \
     || { echo "run $out failed: see $log"; exit 1; }
+  exec 9>&-
   echo "$(date +%H:%M) $out"
 done

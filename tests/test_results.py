@@ -307,3 +307,29 @@ def test_the_ladder_names_the_cpu_models_its_runs_finished_on():
     rungs["r2"]["window"][2]["env"] = {"cpu": "Intel(R) Xeon(R) Processor"}  # fixed's seed 2 recorded AMD EPYC
     line = ladder.machines(rungs)[0]
     assert line.endswith("difference): r2 window/fixed seed 0, r2 window/fixed seed 2.")
+
+
+def test_a_lane_runs_its_own_share_first_then_helps_and_skips_locked_runs(tmp_path):
+    import fcntl
+    import shutil
+    import stat
+    import subprocess
+
+    (tmp_path / "results").mkdir()
+    shutil.copy(os.path.join(recipes.ROOT, "results", "lanes.sh"), tmp_path / "results" / "lanes.sh")
+    fake = tmp_path / "bin" / "python"  # stands in for train.py: records the run and writes its eval.json
+    fake.parent.mkdir()
+    fake.write_text('#!/usr/bin/env bash\nwhile [ "$1" != --out_dir ]; do shift; done\n'
+                    'mkdir -p "$2"; echo "{}" > "$2/eval.json"; echo "$2" >> ran.txt\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    runs = [f"results/x/t/r/seed{k}" for k in range(5)]
+    (tmp_path / runs[2]).mkdir(parents=True)
+    (tmp_path / runs[2] / "eval.json").write_text("{}")  # finished: skipped
+    (tmp_path / "logs").mkdir()
+    with open(tmp_path / "logs" / "t-r-seed3.lock", "w") as held:  # another lane is running seed 3
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "LANE": "1", "LANES": "2"}
+        subprocess.run(["bash", "results/lanes.sh", "logs"], input="".join(f"{r} t {k} --x\n" for k, r in enumerate(runs)),
+                       cwd=tmp_path, env=env, text=True, check=True, capture_output=True)
+    # lane 1 of 2 owns lines 1 and 3; it runs 1, skips 3 (locked), then helps with 0 and 4 (2 is finished)
+    assert (tmp_path / "ran.txt").read_text().split() == [runs[1], runs[0], runs[4]]
