@@ -83,7 +83,7 @@ GROWTH = [(rung, "raw" if rung == "rE" else "r1") for rung in RUNGS if rung != "
 CPU_RUNGS = ("r2", "rE", "r3")  # trained on this CPU (rH needs a GPU)
 # part C's rung is chosen once these are complete; copy's r3 is out of the CPU's budget (amendment 2 below)
 GATE = {"dyck": CPU_RUNGS, "copy": ("r2", "rE")}
-OUTSIDE = {"rH": "the H200's", "r3": "beyond this CPU's budget (amendment 2)"}  # why a rung outside a gate may be missing
+OUTSIDE = {"r3": "beyond this CPU's budget (amendment 2)", "rH": "the H200's"}  # why a rung outside a gate may be missing
 CONVERGE_FRACTION = 0.9
 
 
@@ -175,8 +175,8 @@ def answer(task: str, rungs: dict, tests: list, grown: list) -> list[str]:
     todo = [f"{r} ({runs(r)} of {len(ROWS) * SEEDS} runs)" for r in RUNGS
             if r not in done and r != "rH" and (r in GATE[task] or runs(r))]
     # the rungs the answer waits for are part C's gate; the others (copy's r3, rH) are named, not waited for
-    skipped = [f"{r}, {OUTSIDE[r]}, {'not complete' if runs(r) else 'not run'}"
-               for r in RUNGS if r not in done and r not in GATE[task] and r != "r1"]
+    skipped = [f"{r}, {why}, {'not complete' if runs(r) else 'not run'}"
+               for r, why in OUTSIDE.items() if r not in done and r not in GATE[task]]
     head = ("**Answer so far:**" if any(r not in done for r in GATE[task]) else "**Answer:**" if not skipped
             else f"**Answer on the CPU rungs** ({'; '.join(skipped)}):")
     if shows:
