@@ -520,8 +520,8 @@ def main() -> None:
         which = f"round two at the ladder's rung {choice['rung']}, seeds {choice['first']}-{choice['first'] + 15}"
         sec = section(task, rows2, plt, choice["first"], round_two_claims(task), os.path.join(ROUND2, f"{task}.png"),
                       choice["flags"])
-        two_body += sec[:2] + [f"Rung {choice['rung']} ({choice['why']}): `python train.py --task {task} ROW'S FLAGS "
-                               f"{choice['flags']}`, recorded in results/round2/{task}/choice.json.", ""] + sec[2:]
+        two_body += sec[:2] + [f"Rung {choice['rung']} ({choice['why']}), recorded in results/round2/{task}/choice.json; "
+                               "the Recipe line below gives its command (add each row's schedule flags).", ""] + sec[2:]
         headline += headline_rows(task, rows2, choice["first"], round_two_claims(task), which)
     tables.splice(README, "study", body or ["(no study runs yet)"])
     tables.splice(README, "round2", two_body + [""])
