@@ -316,7 +316,7 @@ def test_a_lane_runs_its_own_share_first_then_helps_and_skips_locked_runs(tmp_pa
     import subprocess
 
     (tmp_path / "results").mkdir()
-    shutil.copy(os.path.join(study.ROOT, "results", "lanes.sh"), tmp_path / "results" / "lanes.sh")
+    shutil.copy(os.path.join(recipes.ROOT, "results", "lanes.sh"), tmp_path / "results" / "lanes.sh")
     fake = tmp_path / "bin" / "python"  # stands in for train.py: records the run and writes its eval.json
     fake.parent.mkdir()
     fake.write_text('#!/usr/bin/env bash\nwhile [ "$1" != --out_dir ]; do shift; done\n'
