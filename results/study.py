@@ -404,10 +404,13 @@ def hardware_lines(rows: dict) -> list[str]:
 
 
 def counts(name: str, runs: list, first: int = 0) -> str:
-    """'converged / declared seeds', and the seeds trained after a look, if any: '11 / 16 (+6 / 8 later)'."""
-    early = [e for e in runs if e["seed"] in declared(name, first)]
-    late = [e for e in runs if e["seed"] not in declared(name, first)]
-    return (f"{sum(map(converged, early))} / {len(early)}"
+    """'converged / finished declared seeds', a main row's declared count while some are missing (an interim
+    look: '7 / 8 of 16 declared'), and the seeds trained after a look, if any: '11 / 16 (+6 / 8 later)'."""
+    seeds = declared(name, first)
+    early = [e for e in runs if e["seed"] in seeds]
+    late = [e for e in runs if e["seed"] not in seeds]
+    interim = name in MAIN and len(early) < len(seeds)
+    return (f"{sum(map(converged, early))} / {len(early)}" + (f" of {len(seeds)} declared" if interim else "")
             + (f" (+{sum(map(converged, late))} / {len(late)} later)" if late else ""))
 
 

@@ -245,6 +245,8 @@ def test_round_two_reads_reused_seeds_and_never_a_seed_twice(tmp_path, monkeypat
     assert len(study.round_two_claims("dyck")) == 9 and all(v.claim.rows[0] in study.MAIN for v in vs)
     spread = next(v for v in vs if v.claim.rows == ("window", "fixed") and v.claim.spread)
     assert spread.result["pairs"] == 8 and "interim look, declared seeds: window 8 of 16, fixed 8 of 16" in spread.verdict
+    assert study.counts("fixed", rows["fixed"], choice["first"]).endswith(" / 8 of 16 declared")  # an interim look
+    assert study.counts("fixed", rows["fixed"] + [e | {"seed": e["seed"] + 8} for e in rows["fixed"]]).endswith(" / 16")
     late = json.load(open(tmp_path / "dyck" / "choice.json")) | {"first": 8}  # seeds 8-23: none of the ladder's
     json.dump(late, open(tmp_path / "dyck" / "choice.json", "w"))
     assert study.round_two("dyck")[1] == {}
