@@ -143,8 +143,10 @@ def ladder_rungs(spreads: dict, unconverged: int = 0) -> dict:
     return rungs
 
 
-def test_ladder_answer_finds_the_failure_mode_only_where_it_is():
+def test_ladder_answer_finds_the_failure_mode_only_where_it_is(tmp_path, monkeypatch):
     import ladder
+    import study
+    monkeypatch.setattr(study, "ROUND2", str(tmp_path))  # no recorded choice: the rule's own pick, not the repo's
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     wide = {"fixed": 30.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": wide})
@@ -175,8 +177,10 @@ def test_ladder_answer_finds_the_failure_mode_only_where_it_is():
     assert "rE (23 of 24 runs)" in text and "not chosen until" in text
 
 
-def test_the_ema_rung_is_tested_against_its_own_raw_weights():
+def test_the_ema_rung_is_tested_against_its_own_raw_weights(tmp_path, monkeypatch):
     import ladder
+    import study
+    monkeypatch.setattr(study, "ROUND2", str(tmp_path))  # no recorded choice: the rule's own pick, not the repo's
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": flat})
     assert ladder.raw(rungs["rE"]) == {} and all(t["result"] is None for t in ladder.growth("copy", rungs) if t["rung"] == "rE")
