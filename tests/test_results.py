@@ -12,6 +12,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import recipes  # noqa: E402
 
 
+@pytest.fixture
+def round2(tmp_path, monkeypatch):
+    """An empty round-two folder in place of results/round2: no recorded choice, so a test sees the rule's own
+    pick, not the repository's record."""
+    import study
+    monkeypatch.setattr(study, "ROUND2", str(tmp_path))
+    return tmp_path
+
+
 def test_every_committed_recipe_run_was_trained_with_todays_recipe():
     # results/README.md's "What learns" row prints config.RECIPES[task] beside the numbers of this run
     runs = {t: recipes.run_dir(t) for t in config.RECIPES}
@@ -143,10 +152,8 @@ def ladder_rungs(spreads: dict, unconverged: int = 0) -> dict:
     return rungs
 
 
-def test_ladder_answer_finds_the_failure_mode_only_where_it_is(tmp_path, monkeypatch):
+def test_ladder_answer_finds_the_failure_mode_only_where_it_is(round2):
     import ladder
-    import study
-    monkeypatch.setattr(study, "ROUND2", str(tmp_path))  # no recorded choice: the rule's own pick, not the repo's
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     wide = {"fixed": 30.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": wide})
@@ -177,10 +184,8 @@ def test_ladder_answer_finds_the_failure_mode_only_where_it_is(tmp_path, monkeyp
     assert "rE (23 of 24 runs)" in text and "not chosen until" in text
 
 
-def test_the_ema_rung_is_tested_against_its_own_raw_weights(tmp_path, monkeypatch):
+def test_the_ema_rung_is_tested_against_its_own_raw_weights(round2):
     import ladder
-    import study
-    monkeypatch.setattr(study, "ROUND2", str(tmp_path))  # no recorded choice: the rule's own pick, not the repo's
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": flat})
     assert ladder.raw(rungs["rE"]) == {} and all(t["result"] is None for t in ladder.growth("copy", rungs) if t["rung"] == "rE")
@@ -204,12 +209,11 @@ def test_a_spread_verdict_says_when_its_pair_count_could_not_reach_significance(
     assert study.undecidable(eight, [0.4, 0.9]) == "" and "Holm p >= 0.078" in study.undecidable(eight, [0.4] + [0.9] * 9)
 
 
-def test_the_ladder_records_part_cs_rung_once(tmp_path, monkeypatch):
+def test_the_ladder_records_part_cs_rung_once(round2):
     import json
 
     import ladder
     import study
-    monkeypatch.setattr(study, "ROUND2", str(tmp_path))
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat}, unconverged=1) | ladder_rungs({"r2": flat, "rE": flat, "r3": flat})
     done, shows, std = ladder.screened("copy", rungs, ladder.family("copy", rungs))
@@ -229,20 +233,19 @@ def test_the_ladder_records_part_cs_rung_once(tmp_path, monkeypatch):
     rungs["r1"] = ladder_rungs({"r1": flat})["r1"]  # today's data would pick r1: the record stands, and says so
     assert "the rule on today's data would pick r1, the record stands" in ladder.part_c("copy", rungs, *ladder.screened(
         "copy", rungs, ladder.family("copy", rungs)))
-    assert ladder.record("dyck", rungs, "r1", 0, "r1") and set(json.load(open(tmp_path / "dyck" / "choice.json"))["reuse"]) == set(study.MAIN)
+    assert ladder.record("dyck", rungs, "r1", 0, "r1") and set(json.load(open(round2 / "dyck" / "choice.json"))["reuse"]) == set(study.MAIN)
 
 
-def test_round_two_reads_reused_seeds_and_never_a_seed_twice(tmp_path, monkeypatch):
+def test_round_two_reads_reused_seeds_and_never_a_seed_twice(round2):
     import json
     import shutil
 
     import study
-    monkeypatch.setattr(study, "ROUND2", str(tmp_path))
     assert study.round_two("dyck") is None
     reuse = {row: f"results/ladder/dyck/r2/{row}" for row in ("fixed", "matched", "window")}
-    (tmp_path / "dyck").mkdir()
+    (round2 / "dyck").mkdir()
     json.dump({"rung": "r2", "first": 0, "seeds": 16, "flags": "--max_iters 2400 --d_model 64", "why": "test",
-               "reuse": reuse}, open(tmp_path / "dyck" / "choice.json", "w"))
+               "reuse": reuse}, open(round2 / "dyck" / "choice.json", "w"))
     choice, rows = study.round_two("dyck")
     assert set(rows) == {"fixed", "matched", "window"} and [e["seed"] for e in rows["fixed"]] == list(range(8))
     vs = study.verdicts("dyck", rows, study.round_two_claims("dyck"), choice["first"])
@@ -251,16 +254,16 @@ def test_round_two_reads_reused_seeds_and_never_a_seed_twice(tmp_path, monkeypat
     assert spread.result["pairs"] == 8 and "interim look, declared seeds: window 8 of 16, fixed 8 of 16" in spread.verdict
     assert study.counts("fixed", rows["fixed"], choice["first"]).endswith(" / 8 of 16 declared")  # an interim look
     assert study.counts("fixed", rows["fixed"] + [e | {"seed": e["seed"] + 8} for e in rows["fixed"]]).endswith(" / 16")
-    late = json.load(open(tmp_path / "dyck" / "choice.json")) | {"first": 8}  # seeds 8-23: none of the ladder's
-    json.dump(late, open(tmp_path / "dyck" / "choice.json", "w"))
+    late = json.load(open(round2 / "dyck" / "choice.json")) | {"first": 8}  # seeds 8-23: none of the ladder's
+    json.dump(late, open(round2 / "dyck" / "choice.json", "w"))
     assert study.round_two("dyck")[1] == {}
-    json.dump(late | {"first": 0}, open(tmp_path / "dyck" / "choice.json", "w"))
-    shutil.copytree(os.path.join(study.ROOT, reuse["fixed"], "seed3"), tmp_path / "dyck" / "fixed" / "seed3")
+    json.dump(late | {"first": 0}, open(round2 / "dyck" / "choice.json", "w"))
+    shutil.copytree(os.path.join(study.ROOT, reuse["fixed"], "seed3"), round2 / "dyck" / "fixed" / "seed3")
     with pytest.raises(ValueError, match="seed 3 appears 2 times"):  # trained again beside its reused twin
         study.round_two("dyck")
-    shutil.rmtree(tmp_path / "dyck" / "fixed")
+    shutil.rmtree(round2 / "dyck" / "fixed")
     json.dump(late | {"first": 0, "reuse": reuse | {"matched": "results/ladder/dyck/r3/matched"}},
-              open(tmp_path / "dyck" / "choice.json", "w"))
+              open(round2 / "dyck" / "choice.json", "w"))
     with pytest.raises(ValueError, match=r"runs at different \(steps, d_model, ema\)"):  # a reuse that is not the rung
         study.round_two("dyck")
 
