@@ -44,8 +44,8 @@ def study_rows(n=16):
     return tight, wide
 
 
-def unconverged(runs, seeds):
-    return [{**e, "metrics": {**e["metrics"], "policy_id": 90.0}} if e["seed"] in seeds else e for e in runs]
+def unconverged(runs, seeds, policy_id=90.0):
+    return [{**e, "metrics": {**e["metrics"], "policy_id": policy_id}} if e["seed"] in seeds else e for e in runs]
 
 
 def test_study_verdicts_follow_the_evidence():
@@ -62,6 +62,9 @@ def test_study_verdicts_follow_the_evidence():
     # a pair counts only where both seeds converged; too few pairs, no test
     few = claims({"window": unconverged(tight, range(14)), "matched": wide})[key]
     assert few.result["n"] == 2 and few.verdict == "too few converged pairs (2 of 16)"
+    assert claims({"window": tight, "matched": unconverged(wide, range(3))})[key].result["n"] == 13  # either row
+    edge = lambda v: claims({"window": unconverged(tight, range(2), v), "matched": wide})[key].result["n"]
+    assert edge(98.9) == 14 and edge(99.0) == 16  # the bar: >= 99% ID
     # seeds past the declared count (trained after a look) stay out of the primary test
     late = claims({"window": tight + study_rows(32)[0][16:], "matched": wide + study_rows(32)[1][16:]})[key]
     assert late.result["pairs"] == 16

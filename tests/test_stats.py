@@ -160,6 +160,9 @@ def test_paired_interval_covers_the_difference():
     a, b = np.arange(20.0) * 2, np.arange(20.0)  # Std(a) - Std(b) = Std(b) ~ 5.9 exactly
     r = stats.paired_interval(a, b, lambda x, y: stats.spread_stat(x, y, False))
     assert r["lo"] < np.std(b, ddof=1) < r["hi"] and r["lo"] > 0
+    x = np.random.default_rng(0).normal(0, 10, 12)  # a seed's pair kept together: a - b = 1 in every resample
+    r = stats.paired_interval(x + 1, x, lambda u, v: (u - v).mean(-1))
+    assert r["lo"] == pytest.approx(1) and r["hi"] == pytest.approx(1)
 
 
 def test_spread_floor_is_the_smallest_p_the_permutation_test_returns():
