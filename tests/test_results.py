@@ -271,6 +271,22 @@ def test_round_two_reads_reused_seeds_and_never_a_seed_twice(round2):
         study.round_two("dyck")
 
 
+def test_each_two_thread_run_has_a_one_thread_twin_of_the_same_command():
+    import study
+    import tables
+    import threads
+    found = 0
+    for task in ("copy", "dyck"):
+        twins = {(n, e["seed"]): e for n, runs in study.round_two(task)[1].items() for e in runs}
+        for name in ("fixed", "window"):
+            for e in study.load_row([os.path.join(threads.DIR, task, name)]):
+                twin = twins[(name, e["seed"])]
+                assert (e["env"]["threads"], twin["env"]["threads"]) == (2, 1)
+                assert tables.run_key(e) == tables.run_key(twin)
+                found += 1
+    assert found == sum(len(r["runs"]) == 2 for r in threads.rows())
+
+
 def test_round2_sh_trains_the_declared_runs_it_cannot_reuse(tmp_path):
     import json
     import re

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Part A's thread-count check: does the study's budget converge with two threads as with one? The round-two
+# commands (copy at r2, dyck at r1: results/round2/TASK/choice.json) for fixed and window, copy's seeds 0-1 and
+# dyck's seed 0 (dyck's first round solved its training lengths on every seed), each as one process with 2
+# threads and nothing else running (at d_model 64 two threads are slower than one: a copy fixed run takes
+# ~30 min). Their one-thread twins are round two's runs of the same seeds. Resumable: a finished run
+# (eval.json) is skipped, a started one resumed.
+#
+#   bash results/threads.sh                # train the missing runs, then the table (python results/threads.py)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# = 0 ] || { echo "results/threads.sh: no arguments allowed, got '$*'" >&2; exit 2; }
+for task in copy dyck; do
+  flags=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["flags"])' "results/round2/$task/choice.json")
+  seeds="0 1"
+  [ $task = dyck ] && seeds=0
+  for k in $seeds; do
+    for row in fixed window; do
+      out=results/threads/$task/$row/seed$k
+      [ -f "$out/eval.json" ] && continue
+      log=results/threads/logs/$task-$row-seed$k.log
+      mkdir -p results/threads/logs
+      resume=
+      [ -f "$out/config.json" ] && resume=--resume
+      case $row in fixed) sched="--schedule fixed" ;; window) sched="--schedule window --w 5" ;; esac
+      # shellcheck disable=SC2086
+      python train.py --task $task --seed $k --seeds 1 --threads 2 $resume --out_dir "$out" $sched $flags \
+        > "$log" 2>&1 || { echo "run $out failed: see $log"; exit 1; }
+      echo "$(date +%H:%M) $out"
+    done
+  done
+done
+python results/threads.py
