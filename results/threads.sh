@@ -2,9 +2,9 @@
 # Part A's thread-count check: does the study's budget converge with two threads as with one? The round-two
 # commands (copy at r2, dyck at r1: results/round2/TASK/choice.json) for fixed and window, copy's seeds 0-1 and
 # dyck's seed 0 (dyck's first round solved its training lengths on every seed), each as one process with 2
-# threads and nothing else running (at d_model 64 two threads are slower than one: a copy fixed run takes
-# ~30 min). Their one-thread twins are round two's runs of the same seeds. Resumable: a finished run
-# (eval.json) is skipped, a started one resumed.
+# threads and nothing else running (a copy fixed run took ~27 min here, the six runs 1.5 hours). Their
+# one-thread twins are round two's runs of the same seeds. Resumable: a finished run (eval.json) is skipped,
+# a started one resumed.
 #
 #   bash results/threads.sh                # train the missing runs, then the table (python results/threads.py)
 set -euo pipefail
