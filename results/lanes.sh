@@ -4,7 +4,8 @@
 # by the caller) takes its own lines LANE, LANE + LANES, ... first, then any other line that no lane is
 # running, so a lane whose share is done helps the others. A finished run (eval.json) is skipped, a started
 # one resumed (--resume); a lock per run (LOGS/....lock, released when its lane dies) keeps two lanes off one
-# run. Each run logs to LOGS/TASK-...-seedK.log (OUT_DIR below results/X/, / as -).
+# run. Each run logs to LOGS/TASK-...-seedK.log (OUT_DIR below results/X/, / as -). THREADS (default 1)
+# sets each run's --threads.
 #
 #   QUEUE | bash results/lanes.sh LOGS
 set -euo pipefail
@@ -27,7 +28,7 @@ for line in ${own[@]+"${own[@]}"} ${others[@]+"${others[@]}"}; do
   resume=
   [ -f "$out/config.json" ] && resume=--resume
   # shellcheck disable=SC2086
-  python train.py --task "$task" --seed "$k" --seeds 1 --threads 1 $resume --out_dir "$out" $flags > "$log" 2>&1 \
+  python train.py --task "$task" --seed "$k" --seeds 1 --threads "${THREADS:-1}" $resume --out_dir "$out" $flags > "$log" 2>&1 \
     || { echo "run $out failed: see $log"; exit 1; }
   exec 9>&-
   echo "$(date +%H:%M) $out"

@@ -57,8 +57,9 @@ def main() -> None:
     with open(os.path.join(DIR, "threads.json"), "w") as f:
         json.dump(rs, f, indent=1)
         f.write("\n")
-    tables.splice(os.path.join(ROOT, "results", "README.md"), "threads", table(rs))
-    print("\n".join(table(rs)))
+    lines = table(rs)
+    tables.splice(os.path.join(ROOT, "results", "README.md"), "threads", lines)
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 # commands (copy at r2, dyck at r1: results/round2/TASK/choice.json) for fixed and window, copy's seeds 0-1 and
 # dyck's seed 0 (dyck's first round solved its training lengths on every seed), each as one process with 2
 # threads and nothing else running (a copy fixed run took ~27 min here, the six runs 1.5 hours). Their
-# one-thread twins are round two's runs of the same seeds. Resumable: a finished run (eval.json) is skipped,
-# a started one resumed.
+# one-thread twins are round two's runs of the same seeds. results/lanes.sh runs the queue (one lane): a
+# finished run (eval.json) is skipped, a started one resumed.
 #
 #   bash results/threads.sh                # train the missing runs, then the table (python results/threads.py)
 set -euo pipefail
@@ -15,19 +15,8 @@ for task in copy dyck; do
   seeds="0 1"
   [ $task = dyck ] && seeds=0
   for k in $seeds; do
-    for row in fixed window; do
-      out=results/threads/$task/$row/seed$k
-      [ -f "$out/eval.json" ] && continue
-      log=results/threads/logs/$task-$row-seed$k.log
-      mkdir -p results/threads/logs
-      resume=
-      [ -f "$out/config.json" ] && resume=--resume
-      case $row in fixed) sched="--schedule fixed" ;; window) sched="--schedule window --w 5" ;; esac
-      # shellcheck disable=SC2086
-      python train.py --task $task --seed $k --seeds 1 --threads 2 $resume --out_dir "$out" $sched $flags \
-        > "$log" 2>&1 || { echo "run $out failed: see $log"; exit 1; }
-      echo "$(date +%H:%M) $out"
-    done
+    echo "results/threads/$task/fixed/seed$k $task $k --schedule fixed $flags"
+    echo "results/threads/$task/window/seed$k $task $k --schedule window --w 5 $flags"
   done
-done
+done | THREADS=2 bash results/lanes.sh results/threads/logs
 python results/threads.py
