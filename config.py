@@ -85,6 +85,10 @@ class Config:
     seed: int = opt(0, "seed of the run: depth sampling, and initialisation / data order unless set below", section="runs")
     init_seed: int = opt(-1, "seed of the initial weights (-1: --seed)")
     data_seed: int = opt(-1, "seed of the training batches (-1: --seed)")
+    perturb: float = opt(0.0, "multiply every initial weight by (1 + perturb * N(0, 1)) from a stream of its own "
+                              "(--perturb_seed): a replicate of the seed nudged by rounding-sized noise, to measure how "
+                              "much of a spread is numerical chaos (results/chaos.py); 0: off, bitwise the plain run")
+    perturb_seed: int = opt(0, "the replicate J of --perturb: its noise is drawn from perturb_stream(seed, J)")
     seeds: int = opt(1, "number of seeds: runs seed..seed+seeds-1 into out_dir/seed{k}/")
     stack: int = opt(0, "train the seeds in chunks of this many as one batched program (stack.py; 0: one at a "
                         "time); each seed's run directory, numbers and checkpoints are those of its unstacked run")
@@ -191,6 +195,25 @@ def seeds_of(cfg: Config) -> dict:
     return {"model": init, "head": init, "data": data, "depth": cfg.seed, "torch": cfg.seed}
 
 
+def perturb_stream(init_seed: int, J: int) -> int:
+    """The seed of --perturb's noise, replicate J (1..1023) of the initial weights of init_seed: 2**31 + 1024 * seed
+    + J, mod 2**32 (torch's CPU generator keeps only a seed's low 32 bits). Distinct for every (seed, J) with
+    seed < 2**21, and apart from the five streams above for seeds below 4e8 (those are < 2**31)."""
+    return (2 ** 31 + (init_seed << 10) + J) % 2 ** 32
+
+
+def perturb_(cfg: Config, *modules) -> None:
+    """--perturb: theta <- theta * (1 + eps * N(0, 1)), elementwise, over every parameter of the modules in
+    order, from its own generator: no other random stream moves, and eps = 0 touches nothing."""
+    if not cfg.perturb:
+        return
+    gen = torch.Generator().manual_seed(perturb_stream(seeds_of(cfg)["model"], cfg.perturb_seed))
+    with torch.no_grad():
+        for module in modules:
+            for p in module.parameters():
+                p.mul_(1 + cfg.perturb * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+
+
 def trained_depth(cfg: Config) -> int:
     """The deepest step training supervises: the vanilla baseline gets exactly that many blocks."""
     return cfg.depth_c if cfg.schedule == "fixed" else cfg.T_max
@@ -204,6 +227,7 @@ def build(cfg: Config):
     torch.manual_seed(stream(s["model"], "model"))
     if cfg.schedule in ntp.SCHEDULES:  # the autoregressive baselines build their own model (ntp.py)
         model, schedule = ntp.build(dataclasses.asdict(cfg), task)
+        perturb_(cfg, model, schedule)
         torch.manual_seed(stream(s["torch"], "torch"))
         return task, model, schedule
     model = LoopedTransformer(ModelConfig(vocab_size=len(task.vocab), d_model=cfg.d_model, n_head=cfg.n_head,
@@ -211,5 +235,6 @@ def build(cfg: Config):
                                           looped=cfg.looped, n_loops=trained_depth(cfg)))
     torch.manual_seed(stream(s["head"], "head"))
     schedule = cfg.stop_schedule()
+    perturb_(cfg, model, schedule)
     torch.manual_seed(stream(s["torch"], "torch"))  # dropout, if any
     return task, model, schedule

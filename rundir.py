@@ -41,13 +41,21 @@ MAX_SEED = 2 ** 32 - 1
 
 
 def cpu_model() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo; elsewhere platform.processor()): on another CPU model the
-    same seed and thread count can round differently, so every run records it."""
+    """The CPU's model (Linux: /proc/cpuinfo's model name, family, model, stepping and widest vector ISA, since a
+    virtual machine's name can be as vague as "AMD EPYC"; elsewhere platform.processor()): on another CPU model
+    the same seed and thread count can round differently, so every run records it."""
     try:
+        info = {}
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor is enough
+                key, _, val = line.partition(":")
+                info[key.strip()] = val.strip()
+        if "model name" in info:
+            isa = next((x for x in ("avx512f", "avx2", "avx", "neon", "asimd") if x in info.get("flags", info.get("Features", "")).split()), None)
+            detail = [f"{k} {info[k]}" for k in ("cpu family", "model", "stepping") if k in info] + ([isa] if isa else [])
+            return info["model name"] + (f" ({', '.join(detail)})" if detail else "")
     except OSError:
         pass
     return platform.processor() or platform.machine()
@@ -108,6 +116,10 @@ def validate(cfg) -> None:
         (0 <= cfg.seed and cfg.seed + cfg.seeds - 1 <= MAX_SEED, f"--seed {cfg.seed}: seeds must lie in 0..{MAX_SEED}"),
         (-1 <= cfg.init_seed <= MAX_SEED, f"--init_seed {cfg.init_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
         (-1 <= cfg.data_seed <= MAX_SEED, f"--data_seed {cfg.data_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
+        (finite(cfg.perturb) and 0 <= cfg.perturb <= 1, f"--perturb {cfg.perturb}: must be a finite number in [0, 1] (0: off)"),
+        (0 <= cfg.perturb_seed < 1024, f"--perturb_seed {cfg.perturb_seed}: must be in 1..1023 (0 without --perturb)"),
+        (cfg.perturb > 0 or cfg.perturb_seed == 0, f"--perturb_seed {cfg.perturb_seed}: needs --perturb EPS > 0 (without it the run is not perturbed)"),
+        (cfg.perturb == 0 or cfg.perturb_seed >= 1, f"--perturb {cfg.perturb}: needs --perturb_seed J in 1..1023 (the replicate)"),
         (0 <= cfg.eval_seed <= MAX_SEED - 2, f"--eval_seed {cfg.eval_seed}: must be in 0..{MAX_SEED - 2}"),
         (cfg.threads >= 0, f"--threads {cfg.threads}: must be >= 0"),
         (cfg.eval_samples >= 1, f"--eval_samples {cfg.eval_samples}: must be >= 1"),

@@ -18,6 +18,7 @@ between the rows of its task.
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 
@@ -28,7 +29,9 @@ from config import Config
 from halting import SCHEDULES, settings
 from tasks import TASKS
 
-BOOKKEEPING = {"seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
+# --perturb replicates of one seed are runs of the same experiment: a row holds them all (replicate())
+REPLICATE = ("perturb", "perturb_seed")
+BOOKKEEPING = {*REPLICATE, "seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
                "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset", "stack", "static",
                "tf32"}
 NTP_KNOBS = {"n_pause", "ntp_greedy"}  # the settings of ntp.py's baselines alone
@@ -46,6 +49,12 @@ def run_key(e: dict) -> tuple:
     own = set(settings(s)) if s in SCHEDULES else set(ntp.SETTINGS.get(s, ()))
     drop = BOOKKEEPING | (SCHEDULE_KNOBS - own) | (TASK_KNOBS - set(TASKS[t].knobs if t in TASKS else ()))
     return tuple(sorted((k, v) for k, v in {**c, "task": t, "schedule": s}.items() if k not in drop))
+
+
+def replicate(e: dict) -> tuple:
+    """A run's identity within its row: its seed and its --perturb replicate ((0.0, 0) when unperturbed)."""
+    c = e.get("config", {})
+    return (e["seed"], float(c.get("perturb", 0.0)), int(c.get("perturb_seed", 0)))
 
 
 def value(v) -> str:
@@ -68,18 +77,19 @@ def group_runs(evals: list) -> dict:
         label = " ".join([k["schedule"]] + [f"{f}={value(k[f])}" for f in shown if f in k])
         seen = {}
         for r in runs:  # one seed twice: a copy (cp -r run run.bak), a run inside a sweep, a sweep below a run
-            seen.setdefault(r["seed"], []).append(r.get("run_dir", "?"))
+            seen.setdefault(replicate(r), []).append(r.get("run_dir", "?"))
         twice = {k: v for k, v in seen.items() if len(v) > 1}
         if twice:
-            k0, dirs = min(twice.items())
-            raise ValueError(f"row {k['task']} {label}: seed {k0} appears {len(dirs)} times ({', '.join(dirs)}): one "
-                             f"run would count as several seeds; remove or move the copies")
+            (k0, eps, j), dirs = min(twice.items())
+            rep = f" (--perturb {eps:g} --perturb_seed {j})" if eps else ""
+            raise ValueError(f"row {k['task']} {label}: seed {k0}{rep} appears {len(dirs)} times ({', '.join(dirs)}): "
+                             f"one run would count as several seeds; remove or move the copies")
         grid = {(tuple(r["lengths"]), r["n_max"]) for r in runs}
         if len(grid) > 1:
             raise ValueError(f"row {k['task']} {label}: its runs were evaluated on different grids "
                              f"(lengths/n_max: {' vs '.join(str(g) for g in sorted(grid))}): "
                              f"{', '.join(r['run_dir'] for r in runs)}")
-        groups[(k["task"], label)] = sorted(runs, key=lambda r: r["seed"])
+        groups[(k["task"], label)] = sorted(runs, key=replicate)
     return groups
 
 
@@ -95,7 +105,15 @@ def table_row(evals: list[dict]) -> dict:
         return statistics.fmean(vals) if vals else None
 
     spread = stats.bootstrap_std(per_seed)
-    return {"task": evals[0]["task"], "schedule": evals[0]["schedule"], "seeds": len(evals),
+    by_seed = {}
+    for e in evals:
+        if e["metrics"]["oracle_ood"] is not None:
+            by_seed.setdefault(e["seed"], []).append(e["metrics"]["oracle_ood"])
+    # --perturb replicates: the pooled within-seed Std, sqrt(sum_s sum_r (y_sr - ybar_s)^2 / sum_s (R_s - 1))
+    dof = sum(len(v) - 1 for v in by_seed.values())
+    within = {"replicates": True, "n_seeds": len(by_seed), "within_seed_std": math.sqrt(sum(
+        (y - statistics.fmean(v)) ** 2 for v in by_seed.values() for y in v) / dof) if dof else None} if dof else {}
+    return {**within, "task": evals[0]["task"], "schedule": evals[0]["schedule"], "seeds": len(evals),
             "seed_list": [e["seed"] for e in evals], "per_seed_oracle_ood": per_seed,
             "per_seed_val_k_ood": [m["val_k_ood"] for m in ms if m.get("val_k_ood") is not None],
             "oracle_ood": mean("oracle_ood"), "val_k_ood": mean("val_k_ood"), "id_k_ood": mean("id_k_ood"),
@@ -116,7 +134,8 @@ HEADER = ["task", "setting", "seeds", "ID", "Oracle OOD", "val-K OOD", "Front@90
 def format_row(r: dict, hard: bool) -> str:
     std = "-" if r["std"] is None else f"{r['std']:.1f}" + (f" [{r['std_lo']:.1f}, {r['std_hi']:.1f}]" if r.get("std_lo") is not None else "")
     below = r["oracle_ood"] is not None and r.get("shortcut_ood") is not None and r["oracle_ood"] <= r["shortcut_ood"]
-    cells = [r["task"], r["setting"], fmt(r["seeds"], ""), fmt(r.get("policy_id")),
+    runs = f"{r['seeds']} ({r['n_seeds']} seeds; within-seed Std {fmt(r['within_seed_std'], '.1f')})" if r.get("replicates") else fmt(r["seeds"], "")
+    cells = [r["task"], r["setting"], runs, fmt(r.get("policy_id")),
              fmt(r["oracle_ood"]) + (" (<= shortcut)" if below else ""), fmt(r.get("val_k_ood")), fmt(r["front90"], ""),
              # trm_halt: the policy's early exit, then TRM's full-depth protocol
              std, fmt(r["gap"]), fmt(r.get("policy_ood")) + (f" (full depth {fmt(r['full_depth_ood'])})"
