@@ -257,3 +257,102 @@ def holm(ps: list) -> list:
         running = max(running, min(1.0, (len(idx) - j) * ps[i]))
         out[i] = running
     return out
+
+
+# --- seed or chaos? perturbation replicates of a seed (results/chaos.py) --------------------------------
+
+def f_quantile(q: float, d1: float, d2: float) -> float:
+    """The q-quantile of the F(d1, d2) distribution: the F with Pr(F' <= F) = q, by bisection on f_upper_p."""
+    lo, hi = 0.0, 1.0
+    while 1 - f_upper_p(hi, d1, d2) < q:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 1 - f_upper_p(mid, d1, d2) < q else (lo, mid)
+    return (lo + hi) / 2
+
+
+def anova_icc(groups) -> dict:
+    """One-way random-effects ANOVA of y_sr = mu + a_s + e_sr (groups: one list of replicates per seed, sizes may
+    differ) and the intraclass correlation ICC(1) = s_a^2 / (s_a^2 + s_e^2), the share of the variance that is
+    the seed's. With k seeds, N runs, n0 = (N - sum_s n_s^2 / N) / (k - 1) (n0 = n when balanced):
+        MSB = sum_s n_s (ybar_s - ybar)^2 / (k - 1),   MSW = sum_sr (y_sr - ybar_s)^2 / (N - k)
+        s_e^2 = MSW (chaos),  s_a^2 = (MSB - MSW) / n0 (seed),  ICC = (MSB - MSW) / (MSB + (n0 - 1) MSW)
+    and its F-based 95% interval (Shrout & Fleiss 1979, ICC(1,1); exact when balanced, n0 otherwise), with
+    F = MSB / MSW, F_L = F / F_.975(k-1, N-k), F_U = F * F_.975(N-k, k-1): [(F_L - 1) / (F_L + n0 - 1),
+    (F_U - 1) / (F_U + n0 - 1)]. Seeds with no run are left out; None where k < 2 or N - k < 1."""
+    groups = [np.asarray(g, float) for g in groups if len(g)]
+    k, N = len(groups), sum(len(g) for g in groups)
+    if k < 2 or N - k < 1:
+        return {"k": k, "N": N, "icc": None, "lo": None, "hi": None, "msb": None, "msw": None, "n0": None}
+    grand = np.concatenate(groups).mean()
+    msb = sum(len(g) * (g.mean() - grand) ** 2 for g in groups) / (k - 1)
+    msw = sum(((g - g.mean()) ** 2).sum() for g in groups) / (N - k)
+    n0 = (N - sum(len(g) ** 2 for g in groups) / N) / (k - 1)
+    out = {"k": k, "N": N, "n0": n0, "msb": float(msb), "msw": float(msw),
+           "var_seed": float((msb - msw) / n0), "var_chaos": float(msw)}
+    if msw == 0:  # no chaos at all: every seed's replicates agree exactly
+        return {**out, "F": math.inf, "icc": 1.0 if msb > 0 else None, "lo": 1.0 if msb > 0 else None, "hi": 1.0 if msb > 0 else None}
+    F = msb / msw
+    fl, fu = F / f_quantile(0.975, k - 1, N - k), F * f_quantile(0.975, N - k, k - 1)
+    return {**out, "F": float(F), "icc": float((msb - msw) / (msb + (n0 - 1) * msw)),
+            "lo": float((fl - 1) / (fl + n0 - 1)), "hi": float((fu - 1) / (fu + n0 - 1))}
+
+
+def within_var(blocks) -> float:
+    """The pooled within-seed (chaos) variance MSW of blocks (one array of replicates per seed)."""
+    dof = sum(len(b) - 1 for b in blocks)
+    return sum(((b - b.mean()) ** 2).sum() for b in blocks) / dof if dof > 0 else math.nan
+
+
+def total_var(blocks) -> float:
+    """The variance (ddof 1) of all runs of the blocks, seeds ignored."""
+    y = np.concatenate(blocks)
+    return float(y.var(ddof=1)) if len(y) > 1 else math.nan
+
+
+def log_ratio(a, b, var) -> float:
+    """log(var(a) / var(b)); +-inf where one variance is 0, 0 where both are (no evidence either way)."""
+    va, vb = var(a), var(b)
+    if va == vb:
+        return 0.0
+    return math.log(va / vb) if va > 0 and vb > 0 else (math.inf if vb == 0 else -math.inf)
+
+
+def block_permutation(a, b, var) -> dict:
+    """Exact permutation test of log(var(A) / var(B)) for two rows of replicate blocks paired by seed (a[s], b[s]:
+    the runs of seed s in each row): under the null the two rows' blocks of a seed are exchangeable, so each of
+    the 2^k patterns of block swaps is equally likely; two-sided p = Pr(|T*| >= |T|). A seed missing from
+    either row is left out. var: within_var (chaos) or total_var (all runs)."""
+    pairs = [(np.asarray(x, float), np.asarray(y, float)) for x, y in zip(a, b) if len(x) and len(y)]
+    k = len(pairs)
+    if k < 2 or k > 16:
+        raise ValueError(f"block_permutation: {k} seeds; the exact test enumerates 2..16")
+    t = log_ratio([x for x, _ in pairs], [y for _, y in pairs], var)
+    hits = 0
+    for pattern in range(2 ** k):
+        swap = [(pattern >> s) & 1 for s in range(k)]
+        ta = log_ratio([y if sw else x for (x, y), sw in zip(pairs, swap)],
+                       [x if sw else y for (x, y), sw in zip(pairs, swap)], var)
+        hits += abs(ta) >= abs(t) - 1e-12
+    return {"stat": t, "ratio_std": math.exp(t / 2), "p": hits / 2 ** k, "seeds": k}
+
+
+def block_interval(a, b, var, n_boot: int = 10_000, seed: int = 0) -> dict:
+    """Percentile bootstrap 95% interval of the Std ratio sqrt(var(A) / var(B)), resampling seeds with
+    replacement and keeping each seed's two blocks together (a fixed generator: the same interval every time)."""
+    pairs = [(np.asarray(x, float), np.asarray(y, float)) for x, y in zip(a, b) if len(x) and len(y)]
+    idx = np.random.default_rng(seed).integers(0, len(pairs), (n_boot, len(pairs)))
+    boots = []
+    for row in idx:
+        va, vb = var([pairs[i][0] for i in row]), var([pairs[i][1] for i in row])
+        if va > 0 and vb > 0:
+            boots.append(math.sqrt(va / vb))
+        elif va > 0:
+            boots.append(math.inf)
+        elif vb > 0:
+            boots.append(0.0)
+    if not boots:
+        return {"lo": None, "hi": None}
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return {"lo": float(lo), "hi": float(hi)}
