@@ -173,3 +173,74 @@ def test_spread_floor_is_the_smallest_p_the_permutation_test_returns():
         ps = [stats.paired_spread(rng.normal(0, 1, n), rng.normal(0, 3, n))["p"] for _ in range(30)]
         assert min(ps) >= stats.spread_floor(n) - 1e-12
     assert stats.spread_floor(5) > 0.05 > stats.spread_floor(6)
+
+
+# --- seed or chaos (results/chaos.py): the one-way ANOVA / ICC, and the block permutation test ---------------
+
+# Shrout & Fleiss (1979), "Intraclass correlations", Table 2: 6 targets rated by 4 judges. Their Table 4:
+# BMS = 11.24, WMS = 6.26, ICC(1,1) = .17; the F table gives F.975(5, 18) = 3.38 and F.975(18, 5) = 6.36.
+SF = [[9, 2, 5, 8], [6, 1, 3, 2], [8, 4, 6, 8], [7, 1, 2, 6], [10, 5, 6, 9], [6, 2, 4, 7]]
+
+
+def test_f_quantiles_against_the_f_table():
+    assert stats.f_quantile(0.975, 5, 18) == pytest.approx(3.38, abs=0.005)
+    assert stats.f_quantile(0.975, 18, 5) == pytest.approx(6.36, abs=0.005)
+    assert stats.f_quantile(0.95, 2, 10) == pytest.approx(4.10, abs=0.005)
+    assert stats.f_quantile(0.95, 1, 10) == pytest.approx(2.228 ** 2, abs=0.005)  # F(1, df) = t(df)^2
+
+
+def test_icc_against_shrout_and_fleiss():
+    r = stats.anova_icc(SF)
+    assert r["msb"] == pytest.approx(11.24, abs=0.005) and r["msw"] == pytest.approx(6.26, abs=0.005)
+    assert r["icc"] == pytest.approx(0.17, abs=0.005) and r["n0"] == 4
+    # the interval by hand from the table values: F = 11.24 / 6.26; F_L = F / 3.38, F_U = F * 6.36;
+    # [(F_L - 1) / (F_L + 3), (F_U - 1) / (F_U + 3)] = [-0.13, 0.72]
+    F = 11.2417 / 6.2639
+    fl, fu = F / 3.382, F * 6.362
+    assert r["lo"] == pytest.approx((fl - 1) / (fl + 3), abs=0.002) and r["lo"] == pytest.approx(-0.13, abs=0.005)
+    assert r["hi"] == pytest.approx((fu - 1) / (fu + 3), abs=0.002) and r["hi"] == pytest.approx(0.72, abs=0.005)
+    # seed (between-target) and chaos (within) variances: (MSB - MSW) / n0 and MSW
+    assert r["var_seed"] == pytest.approx((11.2417 - 6.2639) / 4, abs=1e-3) and r["var_chaos"] == pytest.approx(6.2639, abs=1e-3)
+
+
+def test_icc_unbalanced_uses_n0_and_extremes():
+    # groups of 2, 3 and 4: N = 9, n0 = (9 - (4 + 9 + 16) / 9) / 2 = 2.889 (by hand)
+    r = stats.anova_icc([[1, 2], [5, 6, 7], [10, 11, 12, 13]])
+    assert r["n0"] == pytest.approx((9 - 29 / 9) / 2)
+    assert r["icc"] > 0.9 and r["lo"] > 0.5  # the seeds far apart, replicates close: seed-driven
+    noise = np.random.default_rng(1).normal(size=(10, 5))  # no seed effect at all
+    c = stats.anova_icc(noise.tolist())
+    assert c["lo"] < 0 < c["hi"] and c["hi"] < 0.5  # chaos-driven: the interval's top below 0.5
+    assert stats.anova_icc([[1.0], [2.0]])["icc"] is None  # no replicate: no within-seed variance
+
+
+def test_block_permutation_by_hand():
+    # 3 seeds, blocks of 2: row A's within-seed variance is 4x row B's in every seed
+    a, b = [[0, 2], [5, 7], [1, 3]], [[0, 1], [5, 6], [1, 2]]
+    r = stats.block_permutation(a, b, stats.within_var)
+    assert r["stat"] == pytest.approx(math.log(4)) and r["ratio_std"] == pytest.approx(2.0)
+    # 8 patterns; |T*| = log 4 only for "no swap" and "all swapped" (any other mix has a smaller |T|): p = 2/8
+    assert r["p"] == pytest.approx(2 / 8)
+    # total variance: the exact enumeration, by brute force over all 2^3 swap patterns
+    t = stats.block_permutation(a, b, stats.total_var)
+    obs = abs(math.log(np.var(sum(a, []), ddof=1) / np.var(sum(b, []), ddof=1)))
+    hits = 0
+    for pattern in range(8):
+        A = [y if pattern >> s & 1 else x for s, (x, y) in enumerate(zip(a, b))]
+        B = [x if pattern >> s & 1 else y for s, (x, y) in enumerate(zip(a, b))]
+        hits += abs(math.log(np.var(sum(A, []), ddof=1) / np.var(sum(B, []), ddof=1))) >= obs - 1e-12
+    assert t["p"] == pytest.approx(hits / 8)
+    same = stats.block_permutation(a, a, stats.within_var)
+    assert same["stat"] == 0 and same["p"] == 1.0
+
+
+def test_block_permutation_reaches_its_floor_and_interval_covers():
+    rng = np.random.default_rng(1)
+    a = [list(rng.normal(0, 5, 5)) for _ in range(10)]
+    b = [list(rng.normal(0, 0.5, 5)) for _ in range(10)]
+    r = stats.block_permutation(a, b, stats.within_var)
+    assert r["p"] == pytest.approx(2 / 2 ** 10)  # every seed says the same: the floor of an exact test at 10 seeds
+    ci = stats.block_interval(a, b, stats.within_var)
+    assert ci["lo"] < r["ratio_std"] < ci["hi"] and ci["lo"] > 5  # true Std ratio 10
+    same = stats.block_interval(a, a, stats.within_var)  # each resample keeps a seed's two blocks together
+    assert same["lo"] == pytest.approx(1.0) and same["hi"] == pytest.approx(1.0)
