@@ -46,13 +46,13 @@ from itertools import accumulate
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import chunks
-import cli
+from lab import chunks
+from lab import cli
 import config
 import evaluate
-import rundir
+from lab import rundir
 import train
-from cli import opt
+from lab.cli import opt
 from tasks import PAD, TASKS, eval_set, get_task, task_kwargs, train_batch
 
 # the settings of --quick, a smoke run in seconds (they are defaults: an explicit flag still wins)

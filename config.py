@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 import ntp
-from cli import opt
+from lab.cli import opt
 from halting import SCHEDULES, make_schedule, settings
 from model import LoopedTransformer, ModelConfig
 from tasks import PAD, TASKS, get_task, task_kwargs

@@ -41,13 +41,13 @@ from dataclasses import dataclass
 
 import torch
 
-import plots
+from lab import plots
 import readouts
-import rundir
-import tables
-from cli import atomic_write, fmt, opt, parse, run, write_json
+from lab import rundir
+from lab import tables
+from lab.cli import atomic_write, fmt, opt, parse, run, write_json
 from config import Config, build
-from stats import front90
+from lab.stats import front90
 from tasks import IGNORE, PAD, eval_set
 
 

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn as nn
 
-from cli import opt, parse, run, write_json
+from lab.cli import opt, parse, run, write_json
 from halting import log_stop_distribution, make_schedule, per_sample_ce, reinforce_loss, sample_stop
 from model import LoopedTransformer, ModelConfig
 from tasks import IGNORE, PAD, TASKS, get_task, make_batch, task_kwargs, train_batch

@@ -25,11 +25,11 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-import chunks
+from lab import chunks
 import evaluate
-import rundir
-import tables
-from cli import atomic_write, interrupted, log_line, parse, run, write_json
+from lab import rundir
+from lab import tables
+from lab.cli import atomic_write, interrupted, log_line, parse, run, write_json
 from config import RECIPES, Config, build, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
 from tasks import curriculum_n_max, eval_set, train_batch
 

@@ -66,13 +66,14 @@ import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+if __package__ in (None, ""):  # run as `python results/chaos.py`: the repository is the import root
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import evaluate  # noqa: E402
-import rundir  # noqa: E402
-import stats  # noqa: E402
-import tables  # noqa: E402
-from cli import write_json  # noqa: E402
+from lab import rundir  # noqa: E402
+from lab import stats  # noqa: E402
+from lab import tables  # noqa: E402
+from lab.cli import write_json  # noqa: E402
 
 CHAOS = os.path.join(ROOT, "results", "chaos")
 TASK = "dyck"

@@ -9,7 +9,8 @@ the refactor from the seed-stream change (results/refactor_check.json).
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __package__ in (None, ""):  # run as `python results/refactor_check_seeding.py`: the repository is the import root
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import config  # noqa: E402
 import train  # noqa: E402
 

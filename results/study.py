@@ -32,14 +32,15 @@ from typing import NamedTuple
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+if __package__ in (None, ""):  # run as `python results/study.py`: the repository is the import root
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import evaluate  # noqa: E402
-import stats  # noqa: E402
-import tables  # noqa: E402
-from cli import no_arguments  # noqa: E402
+from lab import stats  # noqa: E402
+from lab import tables  # noqa: E402
+from lab.cli import no_arguments  # noqa: E402
 from config import Config  # noqa: E402
-from rundir import lengths  # noqa: E402
+from lab.rundir import lengths  # noqa: E402
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")

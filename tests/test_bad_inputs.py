@@ -19,7 +19,7 @@ import bench
 import evaluate
 import theory_checks
 import train
-from cli import atomic_write, run
+from lab.cli import atomic_write, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8",
@@ -275,7 +275,7 @@ def test_4_sweep_resume_with_another_task_is_refused(tmp_path):
 def test_5_a_second_process_on_the_same_run_directory_stops(base, tmp_path, capsys):
     d = copy_run(base, tmp_path / "run")
     os.remove(d / "eval.json")  # an unfinished run that --resume would continue
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, rundir\nwith rundir.Lock(sys.argv[1]):\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom lab import rundir\nwith rundir.Lock(sys.argv[1]):\n"
                                "    print('held', flush=True); time.sleep(60)", str(d)], cwd=ROOT, stdout=subprocess.PIPE,
                               text=True)
     try:
@@ -306,7 +306,7 @@ def test_6_torn_log_line_and_temp_leftovers_do_not_block_resume(tmp_path, capsys
     assert train.cli(TINY + ["--out_dir", str(d), "--resume"]) == 0
     assert not (d / "ckpt.pt.tmp99999").exists()
     assert all(json.loads(l)["step"] <= 10 for l in open(d / "metrics.jsonl"))
-    import rundir
+    from lab import rundir
     with pytest.raises(ValueError, match="bad.jsonl, line 2"):  # a bad line in the middle names the file
         rundir.log_lines(str(d / "bad.jsonl"), 10)
 

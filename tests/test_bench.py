@@ -11,7 +11,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import bench
-import cli
+from lab import cli
 import config
 from model import LoopedTransformer, ModelConfig
 from tasks import eval_set

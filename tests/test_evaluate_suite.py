@@ -13,7 +13,7 @@ import torch
 
 import config
 import evaluate
-import tables
+from lab import tables
 from tasks import eval_set, get_task
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

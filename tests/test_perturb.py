@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import config
-import tables
+from lab import tables
 import train
-from cli import run
+from lab.cli import run
 
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
         "--n_max", "6", "--max_iters", "6", "--log_interval", "3", "--eval_interval", "3", "--ckpt_interval", "3",

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import evaluate
-import rundir
+from lab import rundir
 import theory_checks
 import train
-from cli import run
+from lab.cli import run
 
 from test_bad_inputs import ROOT, TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)
 
@@ -81,7 +81,7 @@ def test_data_loss_c_two_locks_on_one_run_directory_never_both_hold(tmp_path):
 def test_data_loss_c_the_lock_names_host_and_pid_and_is_released_by_the_os(tmp_path, capsys):
     d = tmp_path / "run"
     d.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, rundir\nwith rundir.Lock(sys.argv[1]):\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom lab import rundir\nwith rundir.Lock(sys.argv[1]):\n"
                                "    print('held', flush=True); time.sleep(60)", str(d)], cwd=ROOT, stdout=subprocess.PIPE,
                               text=True)
     try:
@@ -247,11 +247,7 @@ def test_wrong_h_theory_checks_refuse_degenerate_inputs_instead_of_violated(base
 # --- tracebacks -----------------------------------------------------------------------------------------
 
 def test_tracebacks_recipes_py_regenerates_its_table_without_matplotlib(tmp_path, monkeypatch, capsys):
-    sys.path.insert(0, os.path.join(ROOT, "results"))
-    try:
-        import recipes
-    finally:
-        sys.path.remove(os.path.join(ROOT, "results"))
+    from results import recipes
     readme = tmp_path / "README.md"
     readme.write_text("<!-- recipes:begin -->\nold\n<!-- recipes:end -->\n")
     monkeypatch.setattr(recipes, "README", str(readme))

@@ -6,17 +6,16 @@ import pytest
 
 import config
 import evaluate
-import stats
+from lab import stats
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results"))
-import recipes  # noqa: E402
+from results import recipes
 
 
 @pytest.fixture
 def round2(tmp_path, monkeypatch):
     """An empty round-two folder in place of results/round2: no recorded choice, so a test sees the rule's own
     pick, not the repository's record."""
-    import study
+    from results import study
     monkeypatch.setattr(study, "ROUND2", str(tmp_path))
     return tmp_path
 
@@ -49,7 +48,7 @@ def unconverged(runs, seeds, policy_id=90.0):
 
 
 def test_study_verdicts_follow_the_evidence():
-    import study
+    from results import study
     tight, wide = study_rows()
     claims = lambda rows: {v.claim.text: v for v in study.verdicts("toy", rows)}
     key = "window has a smaller spread of Oracle OOD than matched"
@@ -74,7 +73,7 @@ def test_study_verdicts_follow_the_evidence():
 
 
 def test_holm_adjusts_over_the_claims_of_a_task():
-    import study
+    from results import study
     tight, wide = study_rows()
     rows = {"window": tight, "matched": wide, "fixed": wide, "rl": tight}
     vs = [v for v in study.verdicts("toy", rows) if v.result is not None]
@@ -86,7 +85,7 @@ def test_holm_adjusts_over_the_claims_of_a_task():
 def test_study_sh_trains_the_seeds_study_py_plans():
     import re
 
-    import study
+    from results import study
     text = open(os.path.join(study.ROOT, "results", "study.sh")).read()
     loop_tasks = re.search(r"for t in ([\w ]+);", text).group(1).split()  # the rows written `row "$t" ...`
     calls = [(t, n, int(k)) for t, k in re.findall(r"main_rows (\w+) (\d+)", text) for n in study.MAIN]
@@ -101,7 +100,7 @@ def test_study_sh_trains_the_seeds_study_py_plans():
 
 
 def test_the_headline_shows_the_main_rows_and_only_their_spread_verdicts():
-    import study
+    from results import study
     tight, wide = study_rows()
     text = "\n".join(study.headline_rows("copy", {"window": tight, "matched": wide, "ponder": wide[:8]}))
     assert "| window w=5 | 16 / 16 | 50.0 ± 0.7 |" in text and "| matched | 16 / 16 |" in text and "ponder" not in text
@@ -112,7 +111,7 @@ def test_the_headline_shows_the_main_rows_and_only_their_spread_verdicts():
 def test_ladder_sh_trains_what_ladder_py_declares():
     import subprocess
 
-    import ladder
+    from results import ladder
     queue = subprocess.run(["bash", os.path.join(ladder.ROOT, "results", "ladder.sh"), "--list"], capture_output=True,
                            text=True, check=True).stdout.split("\n")
     runs = [line.split() for line in queue if line]
@@ -130,7 +129,7 @@ def test_ladder_sh_trains_what_ladder_py_declares():
 
 
 def test_a_verdict_reads_the_holm_adjusted_p(monkeypatch):
-    import study
+    from results import study
     tight, wide = study_rows()
     fake = {"pairs": 16, "n": 16, "p": 0.02, "da": 1.0, "db": 5.0, "lo": -6.0, "hi": -2.0}
     monkeypatch.setattr(study, "compare", lambda *a, **k: dict(fake))
@@ -156,7 +155,7 @@ def ladder_rungs(spreads: dict, unconverged: int = 0) -> dict:
 
 
 def test_ladder_answer_finds_the_failure_mode_only_where_it_is(round2):
-    import ladder
+    from results import ladder
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     wide = {"fixed": 30.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": wide})
@@ -188,7 +187,7 @@ def test_ladder_answer_finds_the_failure_mode_only_where_it_is(round2):
 
 
 def test_the_ema_rung_is_tested_against_its_own_raw_weights(round2):
-    import ladder
+    from results import ladder
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": flat})
     assert ladder.raw(rungs["rE"]) == {} and all(t["result"] is None for t in ladder.growth("copy", rungs) if t["rung"] == "rE")
@@ -203,7 +202,7 @@ def test_the_ema_rung_is_tested_against_its_own_raw_weights(round2):
 
 
 def test_a_spread_verdict_says_when_its_pair_count_could_not_reach_significance():
-    import study
+    from results import study
     few, many = {"n": 5, "p": 0.3}, {"n": 16, "p": 0.3}
     assert "cannot go below p = 0.062, Holm p >= 0.12" in study.undecidable(few, [0.3, 0.5])
     assert "Holm p >= 0.062" in study.undecidable(few, [0.3, 0.001])  # the other test ranks first: x1, floor 0.0625
@@ -215,8 +214,8 @@ def test_a_spread_verdict_says_when_its_pair_count_could_not_reach_significance(
 def test_the_ladder_records_part_cs_rung_once(round2):
     import json
 
-    import ladder
-    import study
+    from results import ladder
+    from results import study
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat}, unconverged=1) | ladder_rungs({"r2": flat, "rE": flat, "r3": flat})
     done, shows, std = ladder.screened("copy", rungs, ladder.family("copy", rungs))
@@ -243,7 +242,7 @@ def test_round_two_reads_reused_seeds_and_never_a_seed_twice(round2):
     import json
     import shutil
 
-    import study
+    from results import study
     assert study.round_two("dyck") is None
     reuse = {row: f"results/ladder/dyck/r2/{row}" for row in ("fixed", "matched", "window")}
     (round2 / "dyck").mkdir()
@@ -272,9 +271,9 @@ def test_round_two_reads_reused_seeds_and_never_a_seed_twice(round2):
 
 
 def test_each_two_thread_run_has_a_one_thread_twin_of_the_same_command():
-    import study
-    import tables
-    import threads
+    from results import study
+    from lab import tables
+    from results import threads
     found = 0
     for task in ("copy", "dyck"):
         twins = {(n, e["seed"]): e for n, runs in study.round_two(task)[1].items() for e in runs}
@@ -293,7 +292,7 @@ def test_round2_sh_trains_the_declared_runs_it_cannot_reuse(tmp_path):
     import shutil
     import subprocess
 
-    import study
+    from results import study
     (tmp_path / "results").mkdir()
     shutil.copy(os.path.join(study.ROOT, "results", "round2.sh"), tmp_path / "results" / "round2.sh")
     for k in (0, 1, 2):
@@ -313,7 +312,7 @@ def test_round2_sh_trains_the_declared_runs_it_cannot_reuse(tmp_path):
 
 
 def test_the_ladder_budget_scales_a_missing_row_by_the_other_tasks_measured_ratio():
-    import ladder
+    from results import ladder
     timed = lambda minutes, n=8: [{"train_time_s": 60.0 * minutes, "eval_time_s": 0.0}] * n
     copy = {"r2": {"fixed": timed(90)}}
     dyck = {"r2": {"fixed": timed(30)}, "r3": {"fixed": timed(90, 1)}}  # r3 / r2 = 3 on dyck's fixed row
@@ -324,7 +323,7 @@ def test_the_ladder_budget_scales_a_missing_row_by_the_other_tasks_measured_rati
 
 
 def test_the_ladder_names_the_cpu_models_its_runs_finished_on():
-    import ladder
+    from results import ladder
     rungs = ladder_rungs({"r1": {"fixed": 3.0}, "r2": {"fixed": 3.0, "window": 3.0}})
     for k, e in enumerate(rungs["r2"]["fixed"] + rungs["r2"]["window"]):
         e["env"] = {"cpu": "AMD EPYC"} if k < 10 else {}  # a run from before env.cpu was recorded

@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
-import chunks
+from lab import chunks
 import config
-import stack
+from lab import stack
 import train
 from tasks import train_batch
 

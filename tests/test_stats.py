@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-import stats
+from lab import stats
 
 # Wikipedia, "Welch's t-test", example 1 (values quoted there: t = -2.46, df = 25.0, p = 0.021)
 A1 = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]

@@ -10,7 +10,7 @@ import torch
 
 import config
 import evaluate
-import tables
+from lab import tables
 import train
 from halting import make_schedule
 from model import LoopedTransformer, ModelConfig

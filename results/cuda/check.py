@@ -17,11 +17,12 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+if __package__ in (None, ""):  # run as `python results/cuda/check.py`: the repository is the import root
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import evaluate  # noqa: E402
-import rundir  # noqa: E402
+from lab import rundir  # noqa: E402
 import config  # noqa: E402
 import train  # noqa: E402
 from tasks import eval_set, train_batch  # noqa: E402

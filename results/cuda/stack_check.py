@@ -31,11 +31,12 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+if __package__ in (None, ""):  # run as `python results/cuda/stack_check.py`: the repository is the import root
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import bench  # noqa: E402
-import chunks  # noqa: E402
+from lab import chunks  # noqa: E402
 import config  # noqa: E402
 import train  # noqa: E402
 

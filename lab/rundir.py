@@ -26,7 +26,7 @@ import subprocess
 import torch
 
 import ntp
-import stack
+from lab import stack
 from tasks import get_task, task_kwargs
 
 RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")

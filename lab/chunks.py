@@ -37,9 +37,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import evaluate
-import rundir
-import stack
-from cli import atomic_write, interrupted, log_line, write_json
+from lab import rundir
+from lab import stack
+from lab.cli import atomic_write, interrupted, log_line, write_json
 from config import build, lr_at, seeds_of, stream, trained_depth
 from tasks import IGNORE, PAD, curriculum_n_max, eval_set, train_batch
 

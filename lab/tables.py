@@ -23,8 +23,8 @@ import os
 import statistics
 
 import ntp
-import stats
-from cli import fmt
+from lab import stats
+from lab.cli import fmt
 from config import Config
 from halting import SCHEDULES, settings
 from tasks import TASKS
@@ -149,7 +149,7 @@ def format_row(r: dict, hard: bool) -> str:
 
 def paper_rows() -> list[dict]:
     """The published rows (results/paper.json), shaped like ours."""
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "paper.json")) as f:
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "paper.json")) as f:
         return [{**r, "setting": f"{r['setting']} (paper)"} for r in json.load(f)["rows"]]
 
 
