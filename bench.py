@@ -49,7 +49,7 @@ from torch.profiler import ProfilerActivity, profile
 from lab import chunks
 from lab import cli
 import config
-import evaluate
+import metrics
 from lab import rundir
 import train
 from lab.cli import opt
@@ -309,14 +309,14 @@ def memory_row(row: str, v: Variant, batch, device: str) -> list[str]:
 def acc_one_pass(model, schedule, sets: dict, T_test: int) -> list:
     """Per length, (exact (K, B), preds (K, B, T)) from one forward pass to T_test: every depth is read
     from the trajectory."""
-    return [evaluate.trajectory_correct(model, schedule, x, y, Tn, T_test)[:2] for x, y, _, Tn in sets.values()]
+    return [metrics.trajectory_correct(model, schedule, x, y, Tn, T_test)[:2] for x, y, _, Tn in sets.values()]
 
 
 def acc_per_K(model, schedule, sets: dict, T_test: int) -> list:
     """The same from a separate pass to each K = 1..T_test, reading only its last step."""
     out = []
     for x, y, _, Tn in sets.values():
-        last = [[t[-1] for t in evaluate.trajectory_correct(model, schedule, x, y, Tn, K)[:2]] for K in range(1, T_test + 1)]
+        last = [[t[-1] for t in metrics.trajectory_correct(model, schedule, x, y, Tn, K)[:2]] for K in range(1, T_test + 1)]
         out.append(tuple(torch.stack(ts) for ts in zip(*last)))
     return out
 
@@ -331,7 +331,7 @@ def eval_row(cfg: Config, task, v: Variant, device: str) -> list[str]:
     """(b): the acc[n][K] matrix from one pass vs one pass per K, on the same fixed test sets."""
     model = v.model.eval()
     sets = {n: tuple(t.to(device) for t in b)
-            for n, b in eval_set(task, rundir.lengths(v.cfg), cfg.eval_samples, v.cfg.eval_seed).items()}
+            for n, b in eval_set(task, metrics.test_lengths(v.cfg), cfg.eval_samples, v.cfg.eval_seed).items()}
     acc_one_pass(model, v.schedule, sets, cfg.T_test)  # warm-up
     one, per_k = [], []  # seconds of each repeat, interleaved
     for _ in range(cfg.eval_iters):

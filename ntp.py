@@ -166,7 +166,7 @@ class NTP(nn.Module):
         return ((preds == tgt) | (tgt == IGNORE)).all(-1)
 
     def score_set(self, model, x, y, batch_size: int, device: str) -> dict:
-        """evaluate.score_sets' record of one length for this fixed-depth model: {"exact": (1, B) bool (one
+        """metrics.score_sets' record of one length for this fixed-depth model: {"exact": (1, B) bool (one
         depth: the K axis is [c]), "flip": (0, B) (no second depth to flip to), "depth": (B,) ones (the
         index into that axis)}, on the CPU. Scored by `exact` (one pass), or by `decode` with greedy=True
         (the same numbers, ~m times the cost: every token re-runs its prefix)."""

@@ -26,7 +26,8 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from lab import chunks
-import evaluate
+import metrics
+from lab import records
 from lab import rundir
 from lab import tables
 from lab.cli import atomic_write, interrupted, log_line, parse, run, write_json
@@ -123,7 +124,7 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
     kept = rundir.log_lines(log_path, step)  # metrics.jsonl holds exactly the lines up to the checkpoint's step
     atomic_write(log_path, lambda f: f.write("".join(kept).encode()))
     T_eval = cfg.T_test if cfg.looped else min(cfg.T_test, trained_depth(cfg))
-    id_sets = eval_set(task, [n for n in rundir.lengths(cfg) if n <= cfg.n_max] or [cfg.n_max], 64, cfg.eval_seed)
+    id_sets = eval_set(task, [n for n in metrics.test_lengths(cfg) if n <= cfg.n_max] or [cfg.n_max], 64, cfg.eval_seed)
 
     def eager():  # with --compile, evaluation runs the uncompiled module
         return torch.compiler.set_stance("force_eager") if cfg.compile else contextlib.nullcontext()
@@ -164,7 +165,7 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
                 t0, t0_step, acc_stats = now, done, {}
                 if done % cfg.eval_interval == 0 or done == cfg.max_iters:  # the policy's ID exact match
                     with eager():
-                        rec["id_acc"] = evaluate.policy_id_acc(model, schedule, id_sets, T_eval, cfg.eval_batch_size, device)
+                        rec["id_acc"] = metrics.policy_id_acc(model, schedule, id_sets, T_eval, cfg.eval_batch_size, device)
                     model.train()
                 with open(log_path, "a") as f:
                     f.write(json.dumps(rec) + "\n")
@@ -188,13 +189,13 @@ def finish_run(cfg: Config, run_dir: str, model, schedule, task, T_eval: int, el
     write its eval.json (train_run; each seed of a --stack chunk, chunks.py). An EMA run also scores its raw
     weights first (`raw_metrics`): the same run without the average, its own control on the same machine."""
     t_eval = time.time()
-    lengths = rundir.lengths(cfg)
+    lengths = metrics.test_lengths(cfg)
     sets = (eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed), eval_set(task, lengths, cfg.eval_samples, cfg.eval_seed + 1))
-    score = lambda: evaluate.evaluate(model, schedule, task, *sets, T_eval, cfg.n_max, cfg.eval_batch_size, device)
+    score = lambda: metrics.evaluate(model, schedule, task, *sets, T_eval, cfg.n_max, cfg.eval_batch_size, device)
     raw = None
     if ema is not None:  # then the EMA weights (the checkpoint keeps both: "model" raw, "ema" averaged)
         raw = score()["metrics"]
-        evaluate.apply_ema(model, schedule, ema)
+        records.apply_ema(model, schedule, ema)
     e = score()
     log_path = os.path.join(run_dir, "metrics.jsonl")
     e = {"task": cfg.task, "schedule": cfg.schedule, "seed": cfg.seed, "n_max": cfg.n_max, **e,
@@ -255,14 +256,14 @@ def main(argv=None) -> None:
             action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)  # planned again, under the lock
             if action == "skip":
                 print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
-                e = evaluate.load_eval(d)
+                e = records.load_eval(d)
             else:
                 print(f"run {d}: task {cfg.task}, schedule {cfg.schedule}, seed {k}, device {device}"
                       + (f", rank {rank}/{world}" if world > 1 else "") + {"resume": f", resumed at step {start and start['step']}",
                                                                            "restart": ", no checkpoint: started from scratch"}.get(action, ""))
                 e = train_run(run_cfg, d, device, start)
         e["run_dir"] = d
-        print(evaluate.format_run(e))
+        print(metrics.format_run(e))
         evals.append(e)
     if world > 1:  # rank 0 gathers every rank's results and writes the summary
         gathered = [None] * world

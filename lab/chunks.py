@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-import evaluate
+import metrics
+from lab import records
 from lab import rundir
 from lab import stack
 from lab.cli import atomic_write, interrupted, log_line, write_json
@@ -231,7 +232,7 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
         kept = rundir.log_lines(log, step)
         atomic_write(log, lambda f, kept=kept: f.write("".join(kept).encode()))
     T_eval = cfg.T_test if cfg.looped else min(cfg.T_test, trained_depth(cfg))
-    id_sets = eval_set(ch.task, [n for n in rundir.lengths(cfg) if n <= cfg.n_max] or [cfg.n_max], 64, cfg.eval_seed)
+    id_sets = eval_set(ch.task, [n for n in metrics.test_lengths(cfg) if n <= cfg.n_max] or [cfg.n_max], 64, cfg.eval_seed)
     failures = []
 
     def stop(bad: list) -> None:  # [(index, message)]: these seeds stop, the others go on
@@ -277,7 +278,7 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
                     rec = {**head, **means, **clock}
                     if done % cfg.eval_interval == 0 or done == cfg.max_iters:  # the policy's ID exact match
                         model, schedule = ch.twin(s)
-                        rec["id_acc"] = evaluate.policy_id_acc(model, schedule, id_sets, T_eval, cfg.eval_batch_size, device)
+                        rec["id_acc"] = metrics.policy_id_acc(model, schedule, id_sets, T_eval, cfg.eval_batch_size, device)
                     with open(logs[s], "a") as f:
                         f.write(json.dumps(rec) + "\n")
                     (bar.write if not bar.disable else print)(f"seed {seeds[s]} | {log_line(rec)}")
@@ -321,7 +322,7 @@ def train_chunks(cfg, runs: list, rank: int, world: int, device: str, finish) ->
                 action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)
                 if action == "skip":
                     print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
-                    evals.append({**evaluate.load_eval(d), "run_dir": d})
+                    evals.append({**records.load_eval(d), "run_dir": d})
                 else:
                     todo.setdefault(start["step"] if start else 0, []).append((run_cfg, d, start))
             for at, group in sorted(todo.items()):
@@ -333,5 +334,5 @@ def train_chunks(cfg, runs: list, rank: int, world: int, device: str, finish) ->
                 evals += e
                 failures += f
     for e in sorted(evals, key=lambda e: e["seed"]):
-        print(evaluate.format_run(e))
+        print(metrics.format_run(e))
     return evals, failures

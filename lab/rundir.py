@@ -28,6 +28,7 @@ import torch
 import ntp
 from lab import stack
 from tasks import get_task, task_kwargs
+import metrics
 
 RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
 OWN_FILES = RUN_FILES + ("summary.json",)  # every file the project writes into a run or sweep folder
@@ -71,10 +72,6 @@ def environment() -> dict:
         commit = None
     return {"torch": torch.__version__, "python": platform.python_version(), "hardware": dev, "cpu": cpu_model(),
             "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "git_commit": commit}
-
-
-def lengths(cfg) -> list[int]:
-    return sorted({int(s) for s in cfg.test_lengths.split(",") if s.strip()})
 
 
 def pick_device(name: str) -> str:
@@ -138,7 +135,7 @@ def validate(cfg) -> None:
         if not ok:
             raise ValueError(msg)
     try:
-        ns = lengths(cfg)
+        ns = metrics.test_lengths(cfg)
     except ValueError:
         ns = []
     if not ns:

@@ -20,7 +20,6 @@ unpaired ones stay beside them.
     power(a, b, n)         how often Brown-Forsythe gives p < 0.05 with n seeds per group, by resampling
                            pilot seeds (with replacement)
 
-    front90(lengths, c)    the largest OOD length up to which an accuracy curve stays >= 0.9
 
 The p-values come from the Student t and F distributions, both via the regularised incomplete beta
 function I_x(a, b), evaluated by its continued fraction (Numerical Recipes, section 6.4).
@@ -29,17 +28,6 @@ function I_x(a, b), evaluated by its continued fraction (Numerical Recipes, sect
 import math
 
 import numpy as np
-
-
-def front90(lengths: list[int], curve: list[float]):
-    """Largest grid length n with curve >= 0.9 at n and at every smaller grid length; None if the first
-    fails. lengths: the OOD grid, ascending."""
-    best = None
-    for n, a in zip(lengths, curve):
-        if a < 0.9:
-            break
-        best = n
-    return best
 
 
 def betainc(a: float, b: float, x: float) -> float:

@@ -28,6 +28,7 @@ from lab.cli import fmt
 from config import Config
 from halting import SCHEDULES, settings
 from tasks import TASKS
+import metrics
 
 # --perturb replicates of one seed are runs of the same experiment: a row holds them all (replicate())
 REPLICATE = ("perturb", "perturb_seed")
@@ -117,7 +118,7 @@ def table_row(evals: list[dict]) -> dict:
             "seed_list": [e["seed"] for e in evals], "per_seed_oracle_ood": per_seed,
             "per_seed_val_k_ood": [m["val_k_ood"] for m in ms if m.get("val_k_ood") is not None],
             "oracle_ood": mean("oracle_ood"), "val_k_ood": mean("val_k_ood"), "id_k_ood": mean("id_k_ood"),
-            "front90": stats.front90([lengths[i] for i in ood], [statistics.fmean(m["oracle"][i] for m in ms) for i in ood]),
+            "front90": metrics.front90([lengths[i] for i in ood], [statistics.fmean(m["oracle"][i] for m in ms) for i in ood]),
             "std": spread["std"], "std_lo": spread["lo"], "std_hi": spread["hi"],
             "gap": mean("gap"), "policy_ood": mean("policy_ood"), "policy_id": mean("policy_id"),
             "exit_depth": mean("policy_depth_ood"), "flip_rate": mean("flip_rate"),

@@ -69,7 +69,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):  # run as `python results/chaos.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import evaluate  # noqa: E402
+from lab import records  # noqa: E402
 from lab import rundir  # noqa: E402
 from lab import stats  # noqa: E402
 from lab import tables  # noqa: E402
@@ -123,7 +123,7 @@ def queue_threads2() -> list[str]:
 # --- analysis --------------------------------------------------------------------------------------------
 
 def load(d: str):
-    return evaluate.load_eval(d) if os.path.isfile(os.path.join(d, "eval.json")) else None
+    return records.load_eval(d) if os.path.isfile(os.path.join(d, "eval.json")) else None
 
 
 def converged(e: dict) -> bool:

@@ -16,7 +16,8 @@ if __package__ in (None, ""):  # run as `python results/recipes.py`: the reposit
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import config  # noqa: E402
-import evaluate  # noqa: E402
+import metrics  # noqa: E402
+from lab import records  # noqa: E402
 from lab import tables  # noqa: E402
 from lab.cli import no_arguments  # noqa: E402
 
@@ -90,7 +91,7 @@ def plots(rows: dict) -> None:
 
 
 def main() -> None:
-    rows = {t: evaluate.load_eval(run_dir(t)) for t in config.RECIPES if run_dir(t)}
+    rows = {t: records.load_eval(run_dir(t)) for t in config.RECIPES if run_dir(t)}
     lines = ["| task | recipe (`python train.py --task T` sets) | steps | minutes | ID | Oracle OOD | val-K OOD | "
              "shortcut OOD | hard subset, Oracle OOD | Front@90 | acc vs K at one OOD length |", "|---" * 11 + "|"]
     for task, e in rows.items():
@@ -100,7 +101,7 @@ def main() -> None:
         n, ks = depth_row(e)
         recipe = " ".join(f"--{k} {v}" for k, v in r.items() if k != "test_lengths") or "the defaults"
         lines.append(f"| {task} | {recipe} | {e['steps']} | {e['train_time_s'] / 60:.1f} | {fmt(m['policy_id'])} | "
-                     f"{evaluate.vs_shortcut(m['oracle_ood'], m['shortcut_ood'])} | {fmt(m['val_k_ood'])} | "
+                     f"{metrics.vs_shortcut(m['oracle_ood'], m['shortcut_ood'])} | {fmt(m['val_k_ood'])} | "
                      f"{fmt(m['shortcut_ood'])} ({m['shortcut_ood_name']}) | {fmt(m.get('oracle_hard_ood'))} | "
                      f"{fmt(m['front90'], '')} | n = {n}: "
                      + ", ".join(f"K={k} {a:.2f}" for k, a in ks) + " |")

@@ -35,12 +35,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):  # run as `python results/study.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import evaluate  # noqa: E402
+import metrics  # noqa: E402
+from lab import records  # noqa: E402
 from lab import stats  # noqa: E402
 from lab import tables  # noqa: E402
 from lab.cli import no_arguments  # noqa: E402
 from config import Config  # noqa: E402
-from lab.rundir import lengths  # noqa: E402
+
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")
@@ -92,7 +93,7 @@ def primary(task: str) -> tuple:
 def load_row(dirs: list[str], seeds: range = None) -> list:
     """The finished runs under dirs (only those of `seeds`, if given), by seed; they must share their settings
     and hold each seed once."""
-    runs = sorted((e for d in dirs if os.path.isdir(d) for e in map(evaluate.load_eval, evaluate.find_runs([d]))
+    runs = sorted((e for d in dirs if os.path.isdir(d) for e in map(records.load_eval, records.find_runs([d]))
                    if seeds is None or e["seed"] in seeds), key=lambda e: e["seed"])
     if runs and len(groups := tables.group_runs(runs)) != 1:
         raise ValueError(f"{', '.join(dirs)}: runs with different settings: {sorted(label for _, label in groups)}")
@@ -141,8 +142,8 @@ def with_hard_shortcut(runs: list) -> list:
         key = (cfg.task, cfg.eval_seed, cfg.eval_samples, cfg.test_lengths, cfg.n_max)
         if key not in _HARD_CUTS:
             task = get_task(cfg.task, **task_kwargs(cfg.task, e["config"]))
-            sets = eval_set(task, lengths(cfg), cfg.eval_samples, cfg.eval_seed)
-            _HARD_CUTS[key] = evaluate.hard_shortcut(sorted(sets), evaluate.shortcut_scores(task, sets, keep=task.hard), cfg.n_max)
+            sets = eval_set(task, metrics.test_lengths(cfg), cfg.eval_samples, cfg.eval_seed)
+            _HARD_CUTS[key] = metrics.hard_shortcut(sorted(sets), metrics.shortcut_scores(task, sets, keep=task.hard), cfg.n_max)
         m.update(_HARD_CUTS[key])
     return runs
 

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import config
-import evaluate
+import metrics
+from lab import records
 import readouts
 import train
 from halting import IGNORE, entropy, log_stop_distribution, make_schedule, per_sample_ce, unroll
@@ -67,15 +68,15 @@ def test_ema_start_is_the_curriculums_end():
 
 def test_ema_leaves_training_alone_is_evaluated_and_resumes_bitwise(tmp_path, monkeypatch):
     train.main(TINY + ["--out_dir", str(tmp_path / "raw")])
-    scored, real_eval = [], evaluate.evaluate  # the weights each evaluation of the EMA run scores
+    scored, real_eval = [], metrics.evaluate  # the weights each evaluation of the EMA run scores
 
     def spy(model, *args, **kw):
         scored.append({k: p.detach().clone() for k, p in model.named_parameters()})
         return real_eval(model, *args, **kw)
 
-    monkeypatch.setattr(evaluate, "evaluate", spy)
+    monkeypatch.setattr(metrics, "evaluate", spy)
     train.main(TINY + ["--out_dir", str(tmp_path / "a"), "--ema", "0.9", "--ema_start", "5"])
-    monkeypatch.setattr(evaluate, "evaluate", real_eval)
+    monkeypatch.setattr(metrics, "evaluate", real_eval)
     raw, a = (torch.load(tmp_path / d / "ckpt.pt", weights_only=True) for d in ("raw", "a"))
     assert len(scored) == 2  # raw_metrics on the raw weights, then metrics on the EMA weights
     for weights, want in zip(scored, (a["model"], a["ema"]["model"])):
@@ -86,7 +87,7 @@ def test_ema_leaves_training_alone_is_evaluated_and_resumes_bitwise(tmp_path, mo
     er = json.load(open(tmp_path / "raw" / "eval.json"))
     assert ea["weights"] == "ema" and er["weights"] == "raw" and "raw_metrics" not in er
     assert ea["raw_metrics"] == er["metrics"]  # the EMA run scores its raw weights too: the same weights, the same scores
-    _, _, model, _ = evaluate.load_run(str(tmp_path / "a"))  # readouts see the weights eval.json scored
+    _, _, model, _ = records.load_run(str(tmp_path / "a"))  # readouts see the weights eval.json scored
     assert all(torch.equal(p, a["ema"]["model"][k]) for k, p in model.named_parameters())
     # crash after the checkpoint at step 10, resume: the same weights and the same EMA, bit for bit
     calls, real = {"n": 0}, train.train_batch
@@ -163,7 +164,7 @@ def test_trm_eval_reports_the_full_depth_protocol(tmp_path):
     e = json.load(open(tmp_path / "eval.json"))
     full = [a[7] for a in e["acc"]]  # K = N_sup * trm_steps = 8
     assert e["full_depth"] == 8 and e["metrics"]["full_depth_acc"] == full
-    assert "full depth" in evaluate.format_run(e)
+    assert "full depth" in metrics.format_run(e)
 
 
 # --- 4. Huginn ---------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 import config
-import evaluate
+import metrics
 import readouts
 import train
 from halting import SCHEDULES
@@ -94,7 +94,7 @@ def test_train_step_and_evaluation_on_another_device(name):
             schedule.active_set = active
             stats = train.train_step(model, schedule, optimizer, (x.to("cpu"), y.to("cpu"), Tn.to("cpu")), gen, 1.0)
             assert stats["grad_norm"] > 0
-        e = evaluate.evaluate(model, schedule, task, sets, sets, cfg.T_test, cfg.n_max, device="cpu")
+        e = metrics.evaluate(model, schedule, task, sets, sets, cfg.T_test, cfg.n_max, device="cpu")
         rep, _ = readouts.readout_report(model, schedule, {"test": sets, "val": sets}, cfg.T_test, cfg.n_max, PAD)
         xb, yb = sets[8][0].to("cpu"), sets[8][1].to("cpu")
         readouts.early_exit(model, xb, yb != readouts.IGNORE, xb != PAD, "top1", 0.5, cfg.T_test)

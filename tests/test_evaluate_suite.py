@@ -13,6 +13,8 @@ import torch
 
 import config
 import evaluate
+import metrics
+from lab import records
 from lab import tables
 from tasks import eval_set, get_task
 
@@ -29,7 +31,7 @@ def synthetic_eval(seed: int, ood_oracle: list, schedule="window", val_shift=0, 
              "policy_acc": a[1], "policy_depth": 2.0, "flip": [0.1]} for a in acc]
     cfg = {**CONFIG, "schedule": schedule, "seed": seed, **config}
     return {"task": "dyck", "schedule": schedule, "seed": seed, "n_max": N_MAX, "lengths": LENGTHS, "K": [1, 2],
-            "acc": acc, "metrics": evaluate.metrics(LENGTHS, rows, {}, N_MAX), "config": cfg}
+            "acc": acc, "metrics": metrics.metrics(LENGTHS, rows, {}, N_MAX), "config": cfg}
 
 
 def write_runs(root, evals):
@@ -63,14 +65,14 @@ def test_val_k_chooses_on_validation_and_reports_test():
 def test_shortcuts_on_known_sets():
     task = get_task("multiplication")
     sets = eval_set(task, [3, 4], 64, seed=5)
-    s = evaluate.shortcut_scores(task, sets)
+    s = metrics.shortcut_scores(task, sets)
     for i, n in enumerate([3, 4]):  # the b <= 2 rule is right exactly where b <= 2 (or a = 0: the answer 0)
         ops = [task.operands(x.tolist()) for x in sets[n][0]]
         assert s["b<=2 rule"][i] == pytest.approx(sum(b <= 2 or a == 0 for a, b, _ in ops) / 64)
         assert s["b<=2 rule"][i] >= max(s["zero"][i], s["copy a"][i], s["shift a"][i])
     dyck = get_task("dyck")
     sets = eval_set(dyck, [20], 128, seed=5)
-    s = evaluate.shortcut_scores(dyck, sets)
+    s = metrics.shortcut_scores(dyck, sets)
     hard = [dyck.hard([t for t in x.tolist() if t]) for x in sets[20][0]]
     # counting fails on a hard sample exactly when some prefix balances after going negative; never on others
     assert 0.6 < s["counting"][0] < 1 and s["counting"][0] >= 1 - sum(hard) / 128
@@ -90,7 +92,7 @@ def test_hard_subset_accuracy_is_over_hard_samples_only():
             return logits, torch.zeros(K + 1, *x.shape, 2)
 
     sched = config.build(config.Config(schedule="matched"))[2]
-    e = evaluate.evaluate(Counting(), sched, task, sets, sets, 3, n_max=10)
+    e = metrics.evaluate(Counting(), sched, task, sets, sets, 3, n_max=10)
     counting = e["shortcuts"]["counting"][0]
     assert e["acc"][0][0] == pytest.approx(counting)  # the model is the shortcut
     assert e["metrics"]["oracle_ood"] == pytest.approx(100 * counting)
@@ -187,15 +189,15 @@ def test_no_runs_is_a_one_line_error_with_exit_code_2(tmp_path):
 
 def test_bad_or_missing_checkpoint_is_a_one_line_value_error(tmp_path):
     with pytest.raises(ValueError, match="no checkpoint") as err:
-        evaluate.load_run(str(tmp_path))
+        records.load_run(str(tmp_path))
     assert "\n" not in str(err.value)
     (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="not a usable train.py checkpoint") as err:
-        evaluate.load_run(str(tmp_path))
+        records.load_run(str(tmp_path))
     assert "\n" not in str(err.value)
     torch.save({"model": {}, "schedule": {}, "config": {"task": "dyck"}}, tmp_path / "ckpt.pt")
     with pytest.raises(ValueError, match="not a usable"):
-        evaluate.load_run(str(tmp_path))
+        records.load_run(str(tmp_path))
 
 
 def tiny_run(tmp_path, **kw):
@@ -207,14 +209,14 @@ def tiny_run(tmp_path, **kw):
                 "step": cfg.max_iters}, tmp_path / "ckpt.pt")
     sets = [eval_set(task, [3, 5, 8], 6, cfg.eval_seed + i) for i in (0, 1)]
     e = {"task": cfg.task, "schedule": cfg.schedule, "seed": 0, "n_max": 5, "config": dataclasses.asdict(cfg),
-         **evaluate.evaluate(model, schedule, task, *sets, cfg.T_test, n_max=5)}
+         **metrics.evaluate(model, schedule, task, *sets, cfg.T_test, n_max=5)}
     (tmp_path / "eval.json").write_text(json.dumps(e))
     return cfg, model
 
 
 def test_gate_fitting_leaves_the_model_unchanged(tmp_path, capsys):
     cfg, _ = tiny_run(tmp_path)
-    _, task, model, schedule = evaluate.load_run(str(tmp_path))
+    _, task, model, schedule = records.load_run(str(tmp_path))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     evaluate.main([str(tmp_path), "--fit_gate", "linear,mlp"])
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -222,7 +224,7 @@ def test_gate_fitting_leaves_the_model_unchanged(tmp_path, capsys):
     assert {"gate_linear", "gate_mlp"} <= set(rep["readouts"])
     # the three splits are different draws, and the test split is eval.json's
     assert rep["split_seeds"] == {"test": 1234, "val": 1235, "fit": 1236}
-    e = evaluate.load_eval(str(tmp_path))
+    e = records.load_eval(str(tmp_path))
     fixed_test_acc = rep["readouts"]["fixed"]["curve"]["test_acc"]  # exit everyone at K = 1..T_test
     pooled = [sum(e["acc"][i][k] for i in range(3)) / 3 for k in range(cfg.T_test)]
     assert fixed_test_acc == pytest.approx(pooled)

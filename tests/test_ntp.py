@@ -115,7 +115,7 @@ def test_learned_toy_mapping_greedy_decoding_equals_teacher_forcing(cls, n_pause
     preds = s.logits(model, inp).argmax(-1)
     for i in correct.nonzero().flatten().tolist():
         assert preds[i][tgt[i] != IGNORE].tolist() == out[i] == list(range(ks[i], 0, -1)) + [s.end_id]
-    # the record evaluate.score_sets uses: one depth, both scorings alike
+    # the record metrics.score_sets uses: one depth, both scorings alike
     rec = s.score_set(model, x, y, batch_size=7, device="cpu")
     s.greedy = True
     assert torch.equal(s.score_set(model, x, y, batch_size=7, device="cpu")["exact"], rec["exact"])

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import evaluate
+from lab import records
 from lab import rundir
 import theory_checks
 import train
@@ -272,7 +273,7 @@ def test_tracebacks_values_that_pass_validation_and_crash_later(tmp_path, capsys
 
 def test_tracebacks_an_eval_json_missing_any_key_reading_needs(base, tmp_path, capsys):
     full = json.load(open(base / "eval.json"))
-    for key in sorted(evaluate.METRICS) + ["K", "lengths"]:
+    for key in sorted(records.METRICS) + ["K", "lengths"]:
         d = tmp_path / key
         d.mkdir()
         e = json.loads(json.dumps(full))

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 import config
-import evaluate
+from lab import records
 from lab import stats
 
 from results import recipes
@@ -25,12 +25,12 @@ def test_every_committed_recipe_run_was_trained_with_todays_recipe():
     runs = {t: recipes.run_dir(t) for t in config.RECIPES}
     assert all(runs.values()), f"tasks without a committed recipe run: {[t for t, d in runs.items() if not d]}"
     for task, d in runs.items():
-        assert recipes.stale(task, evaluate.load_eval(d)) == {}, d
+        assert recipes.stale(task, records.load_eval(d)) == {}, d
 
 
 def test_a_changed_recipe_is_caught(monkeypatch):
     monkeypatch.setitem(config.RECIPES, "addition", {**config.RECIPES["addition"], "max_iters": 6000})
-    assert recipes.stale("addition", evaluate.load_eval(recipes.run_dir("addition"))) == {"max_iters": 8000}
+    assert recipes.stale("addition", records.load_eval(recipes.run_dir("addition"))) == {"max_iters": 8000}
 
 
 def study_rows(n=16):

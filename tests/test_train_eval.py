@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import config
-import evaluate
+import metrics
 from lab import tables
 import train
 from halting import make_schedule
@@ -77,10 +77,10 @@ def test_exact_match_counts_only_scored_positions_and_metrics():
     out = {}
     for n, (x, y, _, Tn) in sets.items():
         m = Oracle(y, good, len(task.vocab))
-        exact, _, depth = evaluate.trajectory_correct(m, fixed, x, y, Tn, 4)
+        exact, _, depth = metrics.trajectory_correct(m, fixed, x, y, Tn, 4)
         assert exact.tolist() == [[k + 1 in g for g in good] for k in range(4)]
         out[n] = exact
-    e = evaluate.evaluate(Oracle(sets[20][1], good, len(task.vocab)), fixed, task, {20: sets[20]}, {20: sets[20]}, 4,
+    e = metrics.evaluate(Oracle(sets[20][1], good, len(task.vocab)), fixed, task, {20: sets[20]}, {20: sets[20]}, 4,
                           n_max=19)
     assert e["acc"] == [[0.25, 0.25, 0.5, 0.0]]
     m = e["metrics"]
@@ -94,7 +94,7 @@ def test_one_pass_matrix_equals_one_pass_per_K():
     model = LoopedTransformer(ModelConfig(vocab_size=len(task.vocab), d_model=16, n_head=2, n_layer=1))
     sets = eval_set(task, [4, 9], 16, seed=3)
     sched = make_schedule("window", w=2)
-    e = evaluate.evaluate(model, sched, task, sets, sets, 6, n_max=5)
+    e = metrics.evaluate(model, sched, task, sets, sets, 6, n_max=5)
     for i, n in enumerate(e["lengths"]):
         x, y, _, _ = sets[n]
         for K in range(1, 7):
@@ -104,8 +104,8 @@ def test_one_pass_matrix_equals_one_pass_per_K():
 
 
 def test_front90_and_table_row():
-    assert evaluate.front90([20, 25, 30], [0.95, 0.91, 0.5]) == 25
-    assert evaluate.front90([20, 25, 30], [0.8, 0.95, 0.95]) is None
+    assert metrics.front90([20, 25, 30], [0.95, 0.91, 0.5]) == 25
+    assert metrics.front90([20, 25, 30], [0.8, 0.95, 0.95]) is None
     lengths = [10, 20, 25]
     mk = lambda seed, orc, pol: {"task": "t", "schedule": "s", "seed": seed, "n_max": 19, "lengths": lengths,
                                  "metrics": {"oracle": orc, "oracle_ood": 100 * sum(orc[1:]) / 2,

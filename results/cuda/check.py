@@ -21,7 +21,7 @@ if __package__ in (None, ""):  # run as `python results/cuda/check.py`: the repo
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
-import evaluate  # noqa: E402
+import metrics  # noqa: E402
 from lab import rundir  # noqa: E402
 import config  # noqa: E402
 import train  # noqa: E402
@@ -51,7 +51,7 @@ def steps(cfg, device, amp, n_steps):
         s = train.train_step(model, schedule, opt, (x.to(device), y.to(device), Tn.to(device)), depth, 1.0, bf16(amp))
         losses.append(float(s["loss"]))
     sets = eval_set(task, [cfg.n_max, 2 * cfg.n_max], 32, seed=3)
-    e = evaluate.evaluate(model, schedule, task, sets, sets, cfg.T_test, cfg.n_max, device=device)
+    e = metrics.evaluate(model, schedule, task, sets, sets, cfg.T_test, cfg.n_max, device=device)
     return losses, e["acc"]
 
 
