@@ -40,7 +40,7 @@ import metrics
 from lab import records
 from lab import rundir
 from lab import stack
-from lab.cli import atomic_write, interrupted, log_line, write_json
+from lab.cli import interrupted, log_line
 from config import build, lr_at, seeds_of, stream, trained_depth
 from tasks import IGNORE, PAD, curriculum_n_max, eval_set, train_batch
 
@@ -223,14 +223,8 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
     step, elapsed = (starts[0]["step"], starts[0]["elapsed"]) if starts else (0, 0.0)
     seeds, dirs = [c.seed for c in cfgs], list(dirs)
     ckpts, logs = [os.path.join(d, "ckpt.pt") for d in dirs], [os.path.join(d, "metrics.jsonl") for d in dirs]
-    env, segments = rundir.environment(), []
-    for c, d, log in zip(cfgs, dirs, logs):  # every segment of a resumed run keeps its (step, settings, env)
-        cfg_path = os.path.join(d, "config.json")
-        now = {"step": step, **{k: getattr(c, k) for k in rundir.SEGMENT}, "env": env}
-        segments.append((rundir.segments(cfg_path) if starts else []) + [now])
-        write_json(cfg_path, {**dataclasses.asdict(c), "env": env, "segments": segments[-1]})
-        kept = rundir.log_lines(log, step)
-        atomic_write(log, lambda f, kept=kept: f.write("".join(kept).encode()))
+    opened = [rundir.open_run(c, d, step, resumed=bool(starts)) for c, d in zip(cfgs, dirs)]  # config.json, metrics.jsonl
+    env, segments = opened[0][0], [segs for _, segs in opened]
     T_eval = cfg.T_test if cfg.looped else min(cfg.T_test, trained_depth(cfg))
     id_sets = eval_set(ch.task, [n for n in metrics.test_lengths(cfg) if n <= cfg.n_max] or [cfg.n_max], 64, cfg.eval_seed)
     failures = []
@@ -291,10 +285,10 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
                     ck = {"model": st["model"], "schedule": st["schedule"], "optimizer": st["optimizer"], "step": done,
                           "elapsed": elapsed, "acc_stats": st["acc_stats"], "config": dataclasses.asdict(cfgs[s]),
                           "rng": st["rng"]}
-                    if bad := rundir.non_finite(ck):
-                        raise FloatingPointError(f"seed {seeds[s]}: non-finite weights at step {done} ({bad}); "
-                                                 + rundir.last_good(ckpts[s]))
-                    atomic_write(ckpts[s], lambda f, ck=ck: torch.save(ck, f))
+                    try:
+                        rundir.save_checkpoint(ckpts[s], ck)
+                    except FloatingPointError as err:
+                        raise FloatingPointError(f"seed {seeds[s]}: {err}") from None
                 step = done
                 t0 += time.time() - t_save  # checkpoint writes are not training time
     except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run)

@@ -27,6 +27,7 @@ import torch
 
 import ntp
 from lab import stack
+from lab.cli import atomic_write, write_json
 from tasks import get_task, task_kwargs
 import metrics
 
@@ -435,3 +436,60 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# --- a run's files while it trains: config.json, metrics.jsonl, ckpt.pt --------------------------------------
+
+def open_run(cfg, run_dir: str, step: int, resumed: bool):
+    """Before the first step (of a fresh run, or of a resumed one at `step`): config.json with this segment's
+    (step, machine settings, environment) appended to the earlier ones (a resume may change them), and
+    metrics.jsonl cut back to the checkpoint's step. Returns (env, segments)."""
+    env, cfg_path, log_path = environment(), os.path.join(run_dir, "config.json"), os.path.join(run_dir, "metrics.jsonl")
+    segs = (segments(cfg_path) if resumed else []) + [{"step": step, **{k: getattr(cfg, k) for k in SEGMENT}, "env": env}]
+    write_json(cfg_path, {**dataclasses.asdict(cfg), "env": env, "segments": segs})
+    kept = log_lines(log_path, step)  # metrics.jsonl holds exactly the lines up to the checkpoint's step
+    atomic_write(log_path, lambda f: f.write("".join(kept).encode()))
+    return env, segs
+
+
+def restore(start: dict, run_dir: str, model, schedule, optimizer, gens: dict):
+    """Continue from the checkpoint `start` (plan/claim loaded and checked it): weights, optimizer, the data and
+    depth generators and torch's RNG, exactly where they were. Returns (step, elapsed, acc_stats, ema)."""
+    weights = {"model": dict(model.named_parameters()), "schedule": dict(schedule.named_parameters())}
+    try:
+        model.load_state_dict(start["model"])
+        schedule.load_state_dict(start["schedule"])
+        optimizer.load_state_dict(start["optimizer"])
+        for k, g in gens.items():
+            g.set_state(start["rng"][k])
+        torch.set_rng_state(start["rng"]["torch"])
+        ema = start.get("ema")
+        if ema is not None:  # the checkpoint is read onto the CPU: the EMA lives beside the weights
+            ema = {part: {k: ema[part][k].to(p.device) for k, p in ps.items()} for part, ps in weights.items()}
+    except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as err:
+        msg = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        raise ValueError(f"--resume: {run_dir}/ckpt.pt does not fit this run ({msg})") from None
+    return start["step"], start["elapsed"], start["acc_stats"], ema
+
+
+def save_checkpoint(path: str, ck: dict) -> None:
+    """ckpt.pt, written atomically; refused (one line naming the last good checkpoint) if a weight is not finite."""
+    if bad := non_finite(ck):
+        raise FloatingPointError(f"non-finite weights at step {ck['step']} ({bad}); " + last_good(path))
+    atomic_write(path, lambda f: torch.save(ck, f))
+
+
+def diverged(log_path: str, V: int):
+    """A final training loss above 2 ln V, twice that of guessing uniformly (where training starts), means the
+    run diverged: the last and the first logged loss, in words; None otherwise."""
+    lines = [json.loads(line) for line in open(log_path)] if os.path.isfile(log_path) else []
+    losses = [(r["step"], r["loss"]) for r in lines if isinstance(r.get("loss"), (int, float))]
+    if not losses or not losses[-1][1] > 2 * math.log(V):
+        return None
+    return f"loss {losses[0][1]:.3g} at step {losses[0][0]}, {losses[-1][1]:.3g} at step {losses[-1][0]}"
+
+
+def check_ema(cfg, run_dir: str, step: int, ema) -> None:
+    """A resumed --ema run past the EMA's start must have brought its EMA weights along."""
+    if cfg.ema and step > ema.start and ema.weights is None:
+        raise ValueError(f"--resume: {run_dir}/ckpt.pt holds no EMA weights past --ema_start ({ema.start})")

@@ -1,6 +1,5 @@
 """The committed results agree with the code that claims them."""
 import os
-import sys
 
 import pytest
 

@@ -1,0 +1,150 @@
+"""
+The run machinery around train.py's loop: what it calls in one line each, so that the loop reads as the lesson.
+
+    Log(cfg, run_dir, step, ...)   the loop's log: stat sums since the last line, the wall clock (evaluation and
+                                   checkpoint writes excluded), a tqdm bar on a terminal, one `|` line on stdout
+                                   and one JSON line in metrics.jsonl per interval
+    guard(ckpt_path, done)         Ctrl-C and a non-finite loss end the loop with one line that names the last
+                                   good checkpoint (cli.run prints it: exit 130 / 1)
+    sweep(cfg, train_run, finish)  --seeds N: seed..seed+N-1, in one process or split over torchrun's ranks,
+                                   each planned, locked and claimed (rundir), trained or skipped, then the table
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+import metrics
+from lab import chunks, records, rundir, tables
+from lab.cli import interrupted, log_line, write_json
+
+
+class Log:
+    def __init__(self, cfg, run_dir: str, step: int, elapsed: float = 0.0, sums: dict = None):
+        self.cfg, self.path = cfg, os.path.join(run_dir, "metrics.jsonl")
+        self.elapsed, self.sums = elapsed, dict(sums or {})  # sums: of each stat since the last log line
+        self.t0, self.t0_step, self.done = time.time(), step, step  # wall clock since the last line (or the start)
+        self.bar = tqdm(range(step, cfg.max_iters), initial=step, total=cfg.max_iters,
+                        desc=os.path.basename(run_dir) or run_dir, disable=not sys.stderr.isatty(), leave=False)
+
+    def steps(self):
+        """The iterations still to train (with the progress bar)."""
+        return self.bar
+
+    def add(self, done: int, stats: dict) -> None:
+        """One finished step's stats."""
+        for k, v in {"steps": 1, **stats}.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        self.done = done
+
+    def due(self, every: int) -> bool:
+        """Whether the step just finished is a multiple of `every` (or the last one)."""
+        return self.done % every == 0 or self.done == self.cfg.max_iters
+
+    def record(self, lr: float, n_hi: int) -> dict:
+        """The log line of the steps since the last one: their mean stats, ms per step and the elapsed time."""
+        n_acc, now = self.sums.pop("steps"), time.time()
+        self.elapsed += now - self.t0
+        rec = {"step": self.done, "lr": lr, "n_max": n_hi, **{k: v / n_acc for k, v in self.sums.items()},
+               "ms_per_step": 1000 * (now - self.t0) / (self.done - self.t0_step), "elapsed_s": self.elapsed}
+        self.t0, self.t0_step, self.sums = now, self.done, {}
+        return rec
+
+    def write(self, rec: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        (self.bar.write if not self.bar.disable else print)(log_line(rec))
+        self.t0 = time.time()  # evaluation and printing are not training time
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Time spent inside (a checkpoint write) is not training time."""
+        t = time.time()
+        yield
+        self.t0 += time.time() - t
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@contextlib.contextmanager
+def guard(ckpt_path: str, done):
+    """Around the training loop: Ctrl-C becomes one line (exit 130), and a non-finite loss (train_step's
+    FloatingPointError, which does not know its step) gets its step and the last good checkpoint. done(): the
+    steps finished so far."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise interrupted(done(), lambda: rundir.last_good(ckpt_path)) from None
+    except FloatingPointError as err:
+        if "at step" in str(err):  # a checkpoint's non-finite weights: the message is complete
+            raise
+        raise FloatingPointError(f"{err} at step {done() + 1}; " + rundir.last_good(ckpt_path)) from None
+
+
+# --- seeds: one process, or split over torchrun's ranks -----------------------------------------------
+
+def init_distributed(device: str):
+    """Under torchrun: (rank, world, device). Seeds are split over the ranks; each rank trains its own."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1, device
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.startswith("cuda"):
+        device = f"cuda:{local % torch.cuda.device_count()}"  # more ranks than GPUs: they share
+        torch.cuda.set_device(device)
+    dist.init_process_group("gloo")  # only to gather the evals once: gloo works for CPU and shared GPUs
+    return dist.get_rank(), world, device
+
+
+def sweep(cfg, train_run, finish_run) -> None:
+    """Train seeds cfg.seed .. cfg.seed + cfg.seeds - 1 (one: into cfg.out_dir; several: into out_dir/seed{k}/),
+    every seed's plan checked before anything is written; rank r of torchrun's P trains seeds r, r+P, ...
+    (--stack: chunks of seeds, lab/chunks.py). Prints each run and the table over seeds (summary.json)."""
+    rank, world, device = init_distributed(rundir.pick_device(cfg.device))
+    out_dir = cfg.out_dir or os.path.join("out", f"{cfg.task}-{cfg.schedule}")
+    runs = [(k, out_dir if cfg.seeds == 1 else os.path.join(out_dir, f"seed{k}")) for k in range(cfg.seed, cfg.seed + cfg.seeds)]
+    rundir.check_out_dir(out_dir)
+    rundir.check_folder(cfg, out_dir, {d for _, d in runs})
+    for k, d in runs:  # every seed's plan is checked before anything is written
+        rundir.plan(dataclasses.replace(cfg, seed=k, out_dir=d), d, single=cfg.seeds == 1)
+    if cfg.tf32 and device.startswith("cuda"):  # TF32 inputs for the fp32 matmuls and convolutions
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    evals, failures = chunks.train_chunks(cfg, runs, rank, world, device, finish_run) if cfg.stack else ([], [])
+    for k, d in runs[rank::world] if not cfg.stack else []:  # rank r trains seeds r, r+P, ...
+        run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
+        with rundir.Lock(d):
+            action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)  # planned again, under the lock
+            if action == "skip":
+                print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
+                e = records.load_eval(d)
+            else:
+                print(f"run {d}: task {cfg.task}, schedule {cfg.schedule}, seed {k}, device {device}"
+                      + (f", rank {rank}/{world}" if world > 1 else "") + {"resume": f", resumed at step {start and start['step']}",
+                                                                           "restart": ", no checkpoint: started from scratch"}.get(action, ""))
+                e = train_run(run_cfg, d, device, start)
+        e["run_dir"] = d
+        print(metrics.format_run(e))
+        evals.append(e)
+    if world > 1:  # rank 0 gathers every rank's results and writes the summary
+        gathered = [None] * world
+        dist.all_gather_object(gathered, (evals, failures))
+        evals = sorted((e for part, _ in gathered for e in part), key=lambda e: e["seed"])
+        failures = [f for _, part in gathered for f in part]
+        dist.destroy_process_group()
+        if rank != 0:
+            return
+    if evals:
+        md, rows = tables.table(tables.group_runs(evals))
+        print("\n" + md)
+        if cfg.seeds > 1:
+            write_json(os.path.join(out_dir, "summary.json"), {**rows[0], "runs": [e["run_dir"] for e in evals]})
+    if failures:  # --stack: a seed with a non-finite loss stopped alone; the others finished
+        raise FloatingPointError(f"{len(failures)} of {cfg.seeds} seeds stopped: " + "; ".join(m for _, m in failures))
