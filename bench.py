@@ -30,7 +30,7 @@ Times are medians over --iters timed steps after --warmup steps; the compared va
 (one step of each per batch) so a busy machine slows all of them alike. On CUDA the device is
 synchronised before every clock read.
 
-Shapes: B batch, T sequence length (padded), D model width, K loop steps, V vocabulary.
+Shapes: B batch, P sequence positions (padded), D model width, K loop steps, V vocabulary.
 """
 
 import contextlib
@@ -307,7 +307,7 @@ def memory_row(row: str, v: Variant, batch, device: str) -> list[str]:
 # --- evaluation: one pass vs one pass per K ------------------------------------------------------------
 
 def acc_one_pass(model, schedule, sets: dict, T_test: int) -> list:
-    """Per length, (exact (K, B), preds (K, B, T)) from one forward pass to T_test: every depth is read
+    """Per length, (exact (K, B), preds (K, B, P)) from one forward pass to T_test: every depth is read
     from the trajectory."""
     return [metrics.trajectory_correct(model, schedule, x, y, Tn, T_test)[:2] for x, y, _, Tn in sets.values()]
 

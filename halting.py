@@ -1,43 +1,18 @@
 """
-Stop schedules: at which loop depth the training loss of a looped model is read out, and which depth
-is used at test time.
+Stop schedules: at which loop depth a looped model's training loss is read out, and which depth it uses at test
+time. The primary paper's fix is here: train at a *random* depth near the length-matched one (Window), or let a
+halting head learn when to stop (RLHalting), instead of a depth that is a function of the input length.
 
-To use this with your model (this file imports only torch: copy it alone)
-----------------------------------------------------------------------------
-Your looped model provides three methods (model.py's LoopedTransformer has them):
-
-    embed(x) -> h0 (B, T, D)         x: token ids (B, T), or any input your embed accepts (one-hot (B, T, V)
-                                     through a linear read-in, ...); h0 is injected into every step
-    step(h, h0, t) -> H_t (B, T, D)  one loop step, t = 1, 2, ... (1-based; a step may ignore it)
-    readout(h) -> logits (B, T, V)
-
-and optionally init_state(h0) -> H_0, the state before step 1 (default: h0 itself, so step 1 receives h0
-twice; a loop that starts from zeros returns torch.zeros_like(h0)), and forward_depths(x, depth (B,)) ->
-(B, T, V), a faster path used when present. Then:
-
-    schedule = make_schedule("window", w=5, T_max=20)         # learned ones also take d_model=D, pad_id
-    opt = torch.optim.AdamW([*model.parameters(), *schedule.parameters()])  # else a halting head never learns
-    loss, stats = schedule.loss(model, x, y, Tn, gen)         # add mask= when x is not token ids
-    K = schedule.policy(Tn, T_test, hidden=unroll(model, x, T_test)[1], mask=mask)  # test depth (B,)
-
-    y       (B, T) integer targets on x's device, IGNORE (-100) wherever a position is not scored: fold
-            your answer mask into y
-    Tn      (B,) integer tensor on x's device, T(n) per sample (a (B, 1), float or numpy Tn is refused)
-    gen     a torch.Generator: the stream of depth draws (required; there is no global-RNG fallback)
-    mask    (B, T) bool, True at real tokens, what a halting head pools over. Default: x != pad_id, which
-            needs token ids (pad_id=None: every position is real); pass it for any other input
-    hidden  (T_test+1, B, T, D), index 0 = H_0 (the state before step 1); only learned schedules read it
-            (Tn may then be None)
-
-loss and policy check every argument on entry: a wrong one raises ValueError naming it, its shape, dtype
-and what is expected. stats (a dict of floats): "loss" (the task loss, without any halting term),
-"block_evals" (block applications per sample), "depth" (the mean supervised depth).
+Read Window first: its depth K = clip(T(n) + D, 1, T_max), then Schedule.loss just above it, the cross-entropy
+read out at that depth. The other schedules follow, simplest first; the faster paths that compute the same
+numbers (the shrinking active set, truncated backpropagation) come after every schedule, and the argument
+checks of the copy-alone contract close the file.
 
 Notation (the papers' symbols):
 
     n        length of an input (per task: string length, bits per operand, ...)
     T(n)     its length-matched depth (Fan et al.): the loop steps the input needs, T(n) = n for most tasks
-    K        a number of loop steps: the loop axis of a trajectory (K, B, T, V)
+    K        a number of loop steps: the loop axis of a trajectory (K, B, P, V)
     T_max    training truncation: no training depth exceeds T_max
     T_test   the deepest step read at test time; every test depth is clipped to 1..T_test
     c        the constant depth of the fixed schedules ("fixed K = c" in the papers)
@@ -47,10 +22,47 @@ Notation (the papers' symbols):
     r_t      hazard of a halting head: the probability of stopping at step t, having reached it
     pi       stop distribution pi(t) = r_t prod_{i<t} (1 - r_i), the remaining mass on the last step
 
-Single-depth schedules (fixed, matched, window, fixed_window, rl) supervise one depth per sample and
-pay only for the steps they need; weighted ones (multidepth, fixed_prior, ponder, act) read out every
-depth of one unrolled trajectory. Each equation sits above the line that computes it.
-Shapes: B batch, T sequence length, D model width, K loop steps, V vocabulary.
+Shapes: B batch, P sequence positions (tokens), D model width, K loop steps, V vocabulary. Depths (K, T(n),
+T_max, T_test, tau) are loop steps, never positions.
+
+Single-depth schedules supervise one depth per sample and pay only for the steps they need: those of DEPTH_FIRST
+draw it before the forward pass, rl samples it during the loop. Weighted ones (multidepth, fixed_prior, ponder,
+act) read out every depth of one unrolled trajectory; trm_halt supervises a sequence of detached steps. Each
+equation sits above the line that computes it.
+
+To use this with your model (this file imports only torch: copy it alone)
+----------------------------------------------------------------------------
+Your looped model provides three methods (model.py's LoopedTransformer has them):
+
+    embed(x) -> h0 (B, P, D)         x: token ids (B, P), or any input your embed accepts (one-hot (B, P, V)
+                                     through a linear read-in, ...); h0 is injected into every step. D is the
+                                     width of the loop's state h, the d_model= a learned schedule is built with
+    step(h, h0, t) -> H_t (B, P, D)  one loop step, t = 1, 2, ... (1-based; a step may ignore it). The optimised
+                                     paths call it on a subset of the batch's rows (h and h0 sliced alike)
+    readout(h) -> logits (B, P, V)
+
+and optionally init_state(h0) -> H_0, the state before step 1 (default: h0 itself, so step 1 receives h0
+twice; a loop that starts from zeros returns torch.zeros_like(h0)), and forward_depths(x, depth (B,)) ->
+(B, P, V), a faster path used when present. Then:
+
+    schedule = make_schedule("window", w=5, T_max=20)         # learned ones also take d_model=D, pad_id
+    opt = torch.optim.AdamW([*model.parameters(), *schedule.parameters()])  # else a halting head never learns
+    loss, stats = schedule.loss(model, x, y, Tn, gen)         # add mask= when x is not token ids
+    K = schedule.policy(Tn, T_test, hidden=unroll(model, x, T_test)[1], mask=mask)  # test depth (B,)
+
+    y       (B, P) integer targets on x's device, IGNORE (-100) wherever a position is not scored: fold
+            your answer mask into y
+    Tn      (B,) int32 or int64 tensor on x's device, T(n) per sample (a (B, 1), float, uint8 or numpy Tn is refused)
+    gen     a torch.Generator: the stream of depth draws (required; there is no global-RNG fallback)
+    mask    (B, P) bool, True at real tokens, what a halting head pools over. Default: x != pad_id, which
+            needs token ids (pad_id=None: every position is real); pass it for any other input
+    hidden  (T_test+1, B, P, D), index 0 = H_0 (the state before step 1); only learned schedules read it
+            (Tn may then be None)
+
+Every schedule's loss and policy check these arguments on entry (the checks at the end of the file): a wrong
+one raises ValueError naming it, its shape, dtype and what is expected. stats (a dict of floats): "loss" (the
+task loss, without any halting term), "block_evals" (block applications per sample), "depth" (the mean
+supervised depth).
 """
 
 import inspect
@@ -61,83 +73,32 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 IGNORE = -100  # target of an unscored position (F.cross_entropy's ignore_index)
+# the schedules that draw each sample's one depth before the forward pass (Schedule.train_depth): what truncated
+# backpropagation (bptt_k), token weighting (loss_weight="token") and the stacked seeds' depth draws need
+DEPTH_FIRST = ("fixed", "matched", "window", "fixed_window", "lognormal_poisson")
 
 
-# --- the contract, checked: one message naming the argument, what it is and what is expected -----------
-
-def check(ok: bool, msg: str) -> None:
-    if not ok:
-        raise ValueError(msg)
-
-
-def describe(v) -> str:
-    """What an argument is, in words: a tensor's shape, dtype and device, or another object's type."""
-    if isinstance(v, torch.Tensor):
-        return f"shape {tuple(v.shape)}, dtype {v.dtype}, device {v.device}"
-    return "None" if v is None else f"a {type(v).__module__}.{type(v).__qualname__}"
-
-
-KINDS = {"integer": lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool,
-         "bool": lambda d: d == torch.bool}
-
-
-def check_tensor(name: str, v, shape: tuple, kind: str, device, expected: str) -> None:
-    """v must be a torch.Tensor of `shape` (None: any size), dtype `kind` (integer, bool) on `device`."""
-    ok = (isinstance(v, torch.Tensor) and v.dim() == len(shape) and KINDS[kind](v.dtype)
-          and all(s is None or s == n for s, n in zip(shape, v.shape)) and (device is None or v.device == device))
-    check(ok, f"{name}: {describe(v)}; expected {expected}")
-
-
-def check_batch(x, y, Tn, gen, mask=None) -> None:
-    """The arguments of a schedule's loss (the contract in the module docstring)."""
-    check(isinstance(x, torch.Tensor) and x.dim() >= 2, f"x: {describe(x)}; expected a tensor (B, T, ...): token "
-                                                        f"ids (B, T) or any input the model's embed accepts")
-    (B, T), dev = x.shape[:2], x.device
-    check_tensor("y", y, (B, T), "integer", dev, f"(B, T) = ({B}, {T}) integer targets on x's device ({dev}), "
-                                                 f"IGNORE ({IGNORE}) at unscored positions")
-    check_tensor("Tn", Tn, (B,), "integer", dev, f"(B,) = ({B},) integer tensor on x's device ({dev}): T(n) per sample")
-    if mask is not None:
-        check_tensor("mask", mask, (B, T), "bool", dev,
-                     f"(B, T) = ({B}, {T}) bool on x's device ({dev}), True at real tokens")
-    check(isinstance(gen, torch.Generator), f"gen: {describe(gen)}; expected a torch.Generator, the stream of depth "
-                                            f"draws (there is no fallback to the global RNG)")
-
-
-def check_policy(Tn, T_test, hidden=None, mask=None, learned: bool = False) -> None:
-    """The arguments of a schedule's policy: Tn (B,) integer; learned schedules read hidden and mask instead."""
-    check(isinstance(T_test, int) and not isinstance(T_test, bool) and T_test >= 1,
-          f"T_test: {T_test!r}; expected an int >= 1")
-    if not learned:
-        return check_tensor("Tn", Tn, (None,), "integer", None, "(B,) integer tensor: T(n) per sample")
-    check(isinstance(hidden, torch.Tensor) and hidden.dim() == 4 and hidden.shape[0] >= T_test + 1,
-          f"hidden: {describe(hidden)}; expected (T_test+1, B, T, D) = ({T_test + 1}, B, T, D) states, index 0 the "
-          f"state before step 1 (unroll(model, x, T_test)[1])")
-    (B, T), dev = hidden.shape[1:3], hidden.device
-    check_tensor("mask", mask, (B, T), "bool", dev,
-                 f"(B, T) = ({B}, {T}) bool on hidden's device ({dev}), True at real tokens")
-    if Tn is not None:
-        check_tensor("Tn", Tn, (B,), "integer", dev, f"(B,) = ({B},) integer tensor on hidden's device ({dev})")
-
+# --- the loop, read out at any depth ---------------------------------------------------------------------------
 
 def start(model, x: torch.Tensor):
     """(H_0, h0): the state before step 1 (model.init_state(h0) if the model has one, else h0) and the input
-    injected into every step, h0 = embed(x) (B, T, D)."""
+    injected into every step, h0 = embed(x) (B, P, D)."""
     h0 = model.embed(x)
     return (model.init_state(h0) if hasattr(model, "init_state") else h0), h0
 
 
 def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """l(theta; x, y, tau) = CE(yhat_tau(x), y) averaged over each sample's scored positions.
-    logits (..., B, T, V), y (B, T) with IGNORE at unscored positions -> (..., B)"""
+    logits (..., B, P, V), y (B, P) with IGNORE at unscored positions -> (..., B)"""
     V = logits.shape[-1]
     ce = F.cross_entropy(logits.reshape(-1, V), y.expand(logits.shape[:-1]).reshape(-1),
-                         ignore_index=IGNORE, reduction="none").view(logits.shape[:-1])  # (..., B, T)
+                         ignore_index=IGNORE, reduction="none").view(logits.shape[:-1])  # (..., B, P)
     scored = (y != IGNORE).to(ce.dtype)
     return (ce * scored).sum(-1) / scored.sum(-1).clamp(min=1)
 
 
 def batch_mean(ce: torch.Tensor, y: torch.Tensor, loss_weight: str = "sample") -> torch.Tensor:
-    """The batch loss from per-sample CEs ce (B,) and targets y (B, T). "sample": the mean over samples of
+    """The batch loss from per-sample CEs ce (B,) and targets y (B, P). "sample": the mean over samples of
     each sample's l(theta; x, y, tau) (the primary paper); "token": the mean over every scored token of the
     batch (Fan et al.'s code: one cross-entropy over all answer tokens), where a long answer weighs more."""
     if loss_weight == "sample":
@@ -148,7 +109,7 @@ def batch_mean(ce: torch.Tensor, y: torch.Tensor, loss_weight: str = "sample") -
 
 
 def unroll(model, x: torch.Tensor, K: int):
-    """The trajectory of K loop steps: logits (K, B, T, V) and hidden states (K+1, B, T, D), index 0 = H_0."""
+    """The trajectory of K loop steps: logits (K, B, P, V) and hidden states (K+1, B, P, D), index 0 = H_0."""
     h, h0 = start(model, x)
     logits, hidden = [], [h]
     for t in range(1, K + 1):
@@ -158,47 +119,20 @@ def unroll(model, x: torch.Tensor, K: int):
     return torch.stack(logits), torch.stack(hidden)
 
 
-def logits_at(model, x: torch.Tensor, depth: torch.Tensor, bptt_k: int = 0) -> torch.Tensor:
-    """Each sample read out at its own depth: x (B, T), depth (B,) -> (B, T, V). A model's forward_depths
-    (a shrinking active set: sum_i depth_i block applications) is used when it has one; any other looped
-    model is unrolled to max depth and each sample's step gathered (B * max depth applications).
-    bptt_k > 0: truncated backpropagation through the loop (below)."""
-    if bptt_k:
-        return truncated_logits_at(model, x, depth, bptt_k)
-    if hasattr(model, "forward_depths"):
-        return model.forward_depths(x, depth)
-    logits, _ = unroll(model, x, int(depth.max()))
+def logits_at(model, x: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+    """Each sample read out at its own depth: x (B, P), depth (B,) -> (B, P, V). The reference: one unroll to
+    the deepest depth, each sample's step gathered (B * max depth block applications). active_logits_at and
+    truncated_logits_at (after the schedules) compute the same logits with fewer applications or less memory."""
+    logits, _ = unroll(model, x, int(depth.max()))  # (K, B, P, V)
     return logits[depth - 1, torch.arange(len(depth), device=x.device)]
-
-
-def truncated_logits_at(model, x: torch.Tensor, depth: torch.Tensor, k: int) -> torch.Tensor:
-    """Truncated backpropagation through the loop (Geiping et al. 2025, section 3): a sample read out at
-    depth tau runs its first tau - k steps without gradient and backpropagates through its last k only,
-    so activations are kept for k steps, not tau. Rows sorted by depth (deepest first): the rows still
-    running at step t are a prefix of the batch, and among them the rows still in their gradient-free
-    part (t <= tau - k) are a prefix again."""
-    order = torch.argsort(depth, descending=True, stable=True)
-    d = depth[order].tolist()
-    h, h0 = start(model, x[order])  # (B, T, D)
-    out = [None] * len(d)
-    for t in range(1, d[0] + 1):
-        n_run = sum(1 for di in d if di >= t)  # samples that run step t
-        n_free = sum(1 for di in d if di - k >= t)  # of those, the ones without gradient at step t
-        with torch.no_grad():
-            free = model.step(h[:n_free], h0[:n_free], t)
-        h = torch.cat([free, model.step(h[n_free:n_run], h0[n_free:n_run], t)])
-        for i in range(n_run):
-            if d[i] == t:  # sample i stops at step t
-                out[i] = model.readout(h[i:i + 1])
-    logits = torch.cat(out)  # sorted order
-    return logits[torch.argsort(order)]
 
 
 # === Single-depth schedules ==========================================================================
 
 class Schedule(nn.Module):
     """Base: every sample is supervised at one depth tau = train_depth(Tn, gen); test rule `policy`.
-    active_set=False is the reference path: everyone unrolled to max tau, each sample's step gathered."""
+    active_set (default) reads the depths out with a shrinking batch (active_logits_at); False: the reference
+    gather (logits_at); bptt_k > 0: truncated backpropagation (truncated_logits_at). All three give the same loss."""
 
     name = "base"
 
@@ -218,19 +152,58 @@ class Schedule(nn.Module):
     def loss(self, model, x, y, Tn, gen, mask=None):
         check_batch(x, y, Tn, gen, mask)
         tau = self.train_depth(Tn, gen).to(x.device)  # (B,)
-        if self.active_set or self.bptt_k:
-            logits, evals = logits_at(model, x, tau, self.bptt_k), tau.float().mean().item()
-        else:
-            traj, _ = unroll(model, x, int(tau.max()))  # (K, B, T, V)
-            logits, evals = traj[tau - 1, torch.arange(len(tau), device=x.device)], tau.max().item()
         # l(theta; x, y, tau) = CE(yhat_tau(x), y), averaged over samples (or over tokens: batch_mean)
-        loss = batch_mean(per_sample_ce(logits, y), y, self.loss_weight)
-        return loss, {"loss": loss.item(), "block_evals": float(evals), "depth": tau.float().mean().item()}
+        loss = batch_mean(per_sample_ce(self.logits_at(model, x, tau), y), y, self.loss_weight)
+        return loss, {"loss": loss.item(), "block_evals": self.block_evals(tau), "depth": tau.float().mean().item()}
+
+    def logits_at(self, model, x, tau):
+        """yhat_tau(x) for every sample, (B, P, V): the reference gather, or one of its optimisations."""
+        if self.bptt_k:
+            return truncated_logits_at(model, x, tau, self.bptt_k)
+        return active_logits_at(model, x, tau) if self.active_set else logits_at(model, x, tau)
+
+    def block_evals(self, tau) -> float:
+        """Block applications per sample: sum_i tau_i / B with the active set (or truncation), B * max tau / B without."""
+        return float(tau.float().mean().item() if self.active_set or self.bptt_k else tau.max().item())
 
 
 def uniform_offsets(like: torch.Tensor, w: int, gen: torch.Generator) -> torch.Tensor:
     """D ~ Unif{-w..w}, one per sample, drawn on gen's device and moved to like's."""
     return torch.randint(-w, w + 1, like.shape, generator=gen).to(like.device)
+
+
+class Window(Schedule):
+    """Local window (primary paper): K = clip(T(n) + D, 1, T_max), D ~ Unif{-w..w} per sample; test K = T(n).
+    Its loss is Schedule.loss above: l(theta; x, y, tau) = CE(yhat_tau(x), y) at tau = train_depth(Tn)."""
+
+    name = "window"
+
+    def __init__(self, *, w: int = 5, **base):
+        super().__init__(**base)
+        check(w >= 0, f"w={w}: must be >= 0")
+        self.w = w
+
+    def train_depth(self, Tn, gen):
+        # K = clip(T(n) + D, 1, T_max)
+        return (Tn + uniform_offsets(Tn, self.w, gen)).clamp(1, self.T_max)
+
+    def policy(self, Tn, T_test, hidden=None, mask=None):
+        check_policy(Tn, T_test)
+        # K = T(n), clipped to 1..T_test
+        return Tn.clamp(1, T_test)
+
+
+class Matched(Schedule):
+    """Length-matched: K = T(n) in training (clipped to 1..T_max) and at test (clipped to 1..T_test)."""
+
+    name = "matched"
+
+    def train_depth(self, Tn, gen):
+        return Tn.clamp(1, self.T_max)
+
+    def policy(self, Tn, T_test, hidden=None, mask=None):
+        check_policy(Tn, T_test)
+        return Tn.clamp(1, T_test)
 
 
 class Fixed(Schedule):
@@ -249,34 +222,6 @@ class Fixed(Schedule):
     def policy(self, Tn, T_test, hidden=None, mask=None):
         check_policy(Tn, T_test)
         return torch.full_like(Tn, min(self.c, T_test))
-
-
-class Matched(Schedule):
-    """Length-matched: K = T(n) in training (clipped to 1..T_max) and at test (clipped to 1..T_test)."""
-
-    name = "matched"
-
-    def train_depth(self, Tn, gen):
-        return Tn.clamp(1, self.T_max)
-
-    def policy(self, Tn, T_test, hidden=None, mask=None):
-        check_policy(Tn, T_test)
-        return Tn.clamp(1, T_test)
-
-
-class Window(Matched):
-    """Local window (primary paper): K = clip(T(n) + D, 1, T_max), D ~ Unif{-w..w} per sample; test K = T(n)."""
-
-    name = "window"
-
-    def __init__(self, *, w: int = 5, **base):
-        super().__init__(**base)
-        check(w >= 0, f"w={w}: must be >= 0")
-        self.w = w
-
-    def train_depth(self, Tn, gen):
-        # K = clip(T(n) + D, 1, T_max)
-        return (Tn + uniform_offsets(Tn, self.w, gen)).clamp(1, self.T_max)
 
 
 class FixedWindow(Fixed):
@@ -386,8 +331,8 @@ class FixedPrior(Schedule):
 # === Learned halting: a hazard head on the pooled state ===============================================
 
 def pool(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """h_t = Pool(H_t): mean over each sample's real (non-pad) positions. h (..., B, T, D), mask (B, T) -> (..., B, D)."""
-    m = mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+    """h_t = Pool(H_t): mean over each sample's real (non-pad) positions. h (..., B, P, D), mask (B, P) -> (..., B, D)."""
+    m = mask.to(h.dtype).unsqueeze(-1)  # (B, P, 1)
     return (h * m).sum(-2) / m.sum(-2).clamp(min=1)
 
 
@@ -420,9 +365,9 @@ class HaltingHead(Schedule):
         super().__init__(**base)
         check(self.T_max >= 2, f"T_max={self.T_max}: a halting head needs T_max >= 2")
         check(not self.bptt_k, f"bptt_k={self.bptt_k}: truncated backpropagation needs a depth known before the "
-                               f"forward pass (fixed, matched, window, fixed_window, lognormal_poisson)")
+                               f"forward pass ({', '.join(DEPTH_FIRST)})")
         check(self.loss_weight == "sample", f"loss_weight={self.loss_weight!r}: token weighting is for the "
-                                            f"single-depth schedules (fixed, matched, window, fixed_window, lognormal_poisson)")
+                                            f"schedules that draw one depth per sample ({', '.join(DEPTH_FIRST)})")
         self.pad_id = pad_id
         self.head = nn.Linear(d_model, 1)  # q_phi
         # r_t ~ 1/T_max at the start: pi spreads over every depth (a bias of 0 gives r ~ 1/2, which puts
@@ -430,15 +375,15 @@ class HaltingHead(Schedule):
         nn.init.constant_(self.head.bias, -math.log(self.T_max - 1))
 
     def real(self, x: torch.Tensor, mask: torch.Tensor = None) -> torch.Tensor:
-        """(B, T) bool: the positions that are not padding, what the head pools over. The caller's mask if it
+        """(B, P) bool: the positions that are not padding, what the head pools over. The caller's mask if it
         gives one; else x != pad_id, which needs token ids (pad_id None: every position is real)."""
         if mask is not None:
             return mask
         if self.pad_id is None:
             return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         check(x.dim() == 2 and KINDS["integer"](x.dtype),
-              f"x: {describe(x)}; pad_id={self.pad_id} finds padding by token id, which needs x (B, T) token ids: "
-              f"pass mask= (B, T) bool, True at real tokens (or build the schedule with pad_id=None: all real)")
+              f"x: {describe(x)}; pad_id={self.pad_id} finds padding by token id, which needs x (B, P) token ids: "
+              f"pass mask= (B, P) bool, True at real tokens (or build the schedule with pad_id=None: all real)")
         return x != self.pad_id
 
     def hazard_logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -446,7 +391,7 @@ class HaltingHead(Schedule):
         return self.head(h.detach() if self.detach_input else h).squeeze(-1)
 
     def trajectory_logits(self, hidden: torch.Tensor, mask: torch.Tensor, K: int) -> torch.Tensor:
-        """Hazard logits of steps 1..K-1 from hidden (>=K, B, T, D) (index 0 = H_0) -> (B, K-1): all that a
+        """Hazard logits of steps 1..K-1 from hidden (>=K, B, P, D) (index 0 = H_0) -> (B, K-1): all that a
         distribution over 1..K needs (step K takes the remaining mass)."""
         return self.hazard_logits(pool(hidden[1:K], mask)).transpose(0, 1)
 
@@ -513,14 +458,14 @@ class RLHalting(HaltingHead):
         check_batch(x, y, Tn, gen, mask)
         mask = self.real(x, mask)
         u = torch.rand(x.shape[0], generator=gen).to(x.device)  # one uniform per sample: tau ~ pi by inversion
-        if self.active_set:
-            ce, tau, a, n_grad, n_nograd = self._unroll_active(model, x, y, mask, u.log())
-        else:  # reference: everyone unrolled to T_max with gradient, each sample's tau gathered
-            logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, T, V), (T_max+1, B, T, D)
+        if not self.active_set:  # the reference: everyone unrolled to T_max with gradient, each sample's tau gathered
+            logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, P, V), (T_max+1, B, P, D)
             a = self.trajectory_logits(hidden, mask, self.T_max)  # (B, T_max-1)
             tau = sample_stop(a.detach(), u)
             ce = per_sample_ce(logits[tau - 1, torch.arange(len(tau), device=x.device)], y)
             n_grad, n_nograd = float(self.T_max), 0.0
+        else:  # the same numbers from the active set (below): tau steps with gradient per sample
+            ce, tau, a, n_grad, n_nograd = self._unroll_active(model, x, y, mask, u.log())
         log_pi = log_stop_distribution(a)  # (B, T_max)
         # R = -l(theta; x, y, tau), stop-gradient
         R = -ce.detach()
@@ -539,7 +484,7 @@ class RLHalting(HaltingHead):
         tau (B,), tau (B,), the hazard logits (B, T_max-1) and the block applications per sample with and
         without gradient."""
         B, Tm = x.shape[0], self.T_max
-        h_start, h0 = start(model, x)  # (B, T, D)
+        h_start, h0 = start(model, x)  # (B, P, D)
         live, done = torch.arange(B, device=x.device), torch.zeros(0, dtype=torch.long, device=x.device)
         h_live, h_done = h_start, h_start[:0].detach()  # states of running samples (grad) / stopped ones (no grad)
         log_S = torch.zeros(B, device=x.device, dtype=h0.dtype)  # log prod_{i<=t} (1 - r_i)
@@ -596,7 +541,7 @@ class PonderNet(HaltingHead):
 
     def loss(self, model, x, y, Tn, gen, mask=None):
         check_batch(x, y, Tn, gen, mask)
-        logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, T, V), (T_max+1, B, T, D)
+        logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, P, V), (T_max+1, B, P, D)
         l = per_sample_ce(logits, y).transpose(0, 1)  # (B, T_max)
         log_q = log_stop_distribution(self.trajectory_logits(hidden, self.real(x, mask), self.T_max))  # (B, T_max)
         task = (log_q.exp() * l).sum(1).mean()
@@ -658,11 +603,11 @@ class ACT(HaltingHead):
 
     def loss(self, model, x, y, Tn, gen, mask=None):
         check_batch(x, y, Tn, gen, mask)
-        logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, T, V), (T_max+1, B, T, D)
+        logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, P, V), (T_max+1, B, P, D)
         halt = torch.sigmoid(self.trajectory_logits(hidden, self.real(x, mask), self.T_max))  # (B, T_max-1)
         N, R, p = act_weights(halt, self.eps)  # (B,), (B,), (B, T_max)
         # yhat = sum_t p_t logits_t
-        mixed = torch.einsum("bk,kbtv->btv", p, logits)  # (B, T, V)
+        mixed = torch.einsum("bk,kbtv->btv", p, logits)  # (B, P, V)
         # L = CE(yhat, y) + tau_act * (N + R)   (N is a step count: its gradient flows through R only)
         task, cost = per_sample_ce(mixed, y).mean(), self.tau_act * (N + R).mean()
         depth = (p * torch.arange(1, self.T_max + 1, device=x.device)).sum(1).mean()  # sum_t p_t t
@@ -717,7 +662,7 @@ class TRMHalt(HaltingHead):
         self.halt_explore, self.bce_w, self.trm_head = halt_explore, trm_bce, trm_head
 
     def summary(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The head's input h(H): h (..., B, T, D), mask (B, T) -> (..., B, D)."""
+        """The head's input h(H): h (..., B, P, D), mask (B, P) -> (..., B, D)."""
         if self.trm_head == "mean":
             return pool(h, mask)
         if self.trm_head == "first":
@@ -728,7 +673,7 @@ class TRMHalt(HaltingHead):
     def loss(self, model, x, y, Tn, gen, mask=None):
         check_batch(x, y, Tn, gen, mask)
         mask = self.real(x, mask)
-        h, h0 = start(model, x)  # (B, T, D)
+        h, h0 = start(model, x)  # (B, P, D)
         live = torch.arange(x.shape[0], device=x.device)  # the samples still supervised
         total, ce_sum, bce_sum, n_sup, evals, depth = 0.0, 0.0, 0.0, 0, 0, torch.zeros(x.shape[0], device=x.device)
         for s in range(1, self.n_sup + 1):
@@ -736,7 +681,7 @@ class TRMHalt(HaltingHead):
             for j in range(self.m):
                 h = model.step(h, h0[live], (s - 1) * self.m + j + 1)
             evals += self.m * len(live)
-            logits = model.readout(h)  # (b, T, V)
+            logits = model.readout(h)  # (b, P, V)
             ce = per_sample_ce(logits, y[live])  # (b,)
             right = ((logits.argmax(-1) == y[live]) | (y[live] == IGNORE)).all(-1).to(ce.dtype)  # 1[yhat_s right]
             a = self.hazard_logits(self.summary(h, mask[live]))  # (b,)
@@ -790,3 +735,93 @@ def make_schedule(name: str, **kwargs) -> Schedule:
     bad = sorted(set(kwargs) - set(settings(name)))
     check(not bad, f"schedule {name} has no setting {', '.join(bad)}: its settings are {', '.join(settings(name))}")
     return SCHEDULES[name](**kwargs)
+
+
+# === Optimisations: the same logits as logits_at, cheaper ===============================================
+
+def active_logits_at(model, x: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+    """logits_at with a shrinking active set: a model's forward_depths (rows sorted by depth, the samples still
+    running a prefix of the batch: sum_i depth_i block applications, not B * max depth) when it has one; any
+    other looped model falls back to the reference gather."""
+    if hasattr(model, "forward_depths"):
+        return model.forward_depths(x, depth)
+    return logits_at(model, x, depth)
+
+
+def truncated_logits_at(model, x: torch.Tensor, depth: torch.Tensor, k: int) -> torch.Tensor:
+    """Truncated backpropagation through the loop (Geiping et al. 2025, section 3): a sample read out at
+    depth tau runs its first tau - k steps without gradient and backpropagates through its last k only,
+    so activations are kept for k steps, not tau. Rows sorted by depth (deepest first): the rows still
+    running at step t are a prefix of the batch, and among them the rows still in their gradient-free
+    part (t <= tau - k) are a prefix again."""
+    order = torch.argsort(depth, descending=True, stable=True)
+    d = depth[order].tolist()
+    h, h0 = start(model, x[order])  # (B, P, D)
+    out = [None] * len(d)
+    for t in range(1, d[0] + 1):
+        n_run = sum(1 for di in d if di >= t)  # samples that run step t
+        n_free = sum(1 for di in d if di - k >= t)  # of those, the ones without gradient at step t
+        with torch.no_grad():
+            free = model.step(h[:n_free], h0[:n_free], t)
+        h = torch.cat([free, model.step(h[n_free:n_run], h0[n_free:n_run], t)])
+        for i in range(n_run):
+            if d[i] == t:  # sample i stops at step t
+                out[i] = model.readout(h[i:i + 1])
+    logits = torch.cat(out)  # sorted order
+    return logits[torch.argsort(order)]
+
+
+# === Argument checks: the copy-alone contract, one message naming the argument =====================
+
+def check(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ValueError(msg)
+
+
+def describe(v) -> str:
+    """What an argument is, in words: a tensor's shape, dtype and device, or another object's type."""
+    if isinstance(v, torch.Tensor):
+        return f"shape {tuple(v.shape)}, dtype {v.dtype}, device {v.device}"
+    return "None" if v is None else f"a {type(v).__module__}.{type(v).__qualname__}"
+
+
+KINDS = {"integer": lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool,
+         "bool": lambda d: d == torch.bool}
+
+
+def check_tensor(name: str, v, shape: tuple, kind: str, device, expected: str) -> None:
+    """v must be a torch.Tensor of `shape` (None: any size), dtype `kind` (integer, bool) on `device`."""
+    ok = (isinstance(v, torch.Tensor) and v.dim() == len(shape) and KINDS[kind](v.dtype)
+          and all(s is None or s == n for s, n in zip(shape, v.shape)) and (device is None or v.device == device))
+    check(ok, f"{name}: {describe(v)}; expected {expected}")
+
+
+def check_batch(x, y, Tn, gen, mask=None) -> None:
+    """The arguments of a schedule's loss (the contract in the module docstring)."""
+    check(isinstance(x, torch.Tensor) and x.dim() >= 2, f"x: {describe(x)}; expected a tensor (B, P, ...): token "
+                                                        f"ids (B, P) or any input the model's embed accepts")
+    (B, P), dev = x.shape[:2], x.device
+    check_tensor("y", y, (B, P), "integer", dev, f"(B, P) = ({B}, {P}) integer targets on x's device ({dev}), "
+                                                 f"IGNORE ({IGNORE}) at unscored positions")
+    check_tensor("Tn", Tn, (B,), "integer", dev, f"(B,) = ({B},) integer tensor on x's device ({dev}): T(n) per sample")
+    if mask is not None:
+        check_tensor("mask", mask, (B, P), "bool", dev,
+                     f"(B, P) = ({B}, {P}) bool on x's device ({dev}), True at real tokens")
+    check(isinstance(gen, torch.Generator), f"gen: {describe(gen)}; expected a torch.Generator, the stream of depth "
+                                            f"draws (there is no fallback to the global RNG)")
+
+
+def check_policy(Tn, T_test, hidden=None, mask=None, learned: bool = False) -> None:
+    """The arguments of a schedule's policy: Tn (B,) integer; learned schedules read hidden and mask instead."""
+    check(isinstance(T_test, int) and not isinstance(T_test, bool) and T_test >= 1,
+          f"T_test: {T_test!r}; expected an int >= 1")
+    if not learned:
+        return check_tensor("Tn", Tn, (None,), "integer", None, "(B,) integer tensor: T(n) per sample")
+    check(isinstance(hidden, torch.Tensor) and hidden.dim() == 4 and hidden.shape[0] >= T_test + 1,
+          f"hidden: {describe(hidden)}; expected (T_test+1, B, P, D) = ({T_test + 1}, B, P, D) states, index 0 the "
+          f"state before step 1 (unroll(model, x, T_test)[1])")
+    (B, P), dev = hidden.shape[1:3], hidden.device
+    check_tensor("mask", mask, (B, P), "bool", dev,
+                 f"(B, P) = ({B}, {P}) bool on hidden's device ({dev}), True at real tokens")
+    if Tn is not None:
+        check_tensor("Tn", Tn, (B,), "integer", dev, f"(B,) = ({B},) integer tensor on hidden's device ({dev})")

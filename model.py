@@ -6,13 +6,14 @@ A looped transformer: one shared block of L causal GPT layers applied K times wi
     logits_t = head(LN_f(H_t))      one shared readout, applicable at every step
 
 The model exposes the whole *trajectory* (hidden state and logits at every step) from one pass, so
-every depth K = 1..T can be read out without re-running shorter loops.
+every depth K = 1..n_steps can be read out without re-running shorter loops.
 `looped=False` builds the non-looped "vanilla" baseline: n_layer * n_loops distinct layers run once
 through the same code (step t uses its own block t), where n_loops is the depth it is trained at.
 
 This file imports only torch, so it can be copied alone.
 
-Shape legend: B batch, T sequence length, D model width (d_model), K loop steps, V vocabulary.
+Shape legend: B batch, P sequence positions (tokens), D model width (d_model), K loop steps, V vocabulary.
+T is kept for depths: T(n), T_max, T_test (halting.py).
 """
 
 import math
@@ -45,14 +46,14 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, D = x.shape
+        B, P, D = x.shape
         q, k, v = self.qkv(x).split(D, dim=2)
-        # (B, T, D) -> (B, nh, T, hs)
-        q, k, v = (t.view(B, T, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))
+        # (B, P, D) -> (B, nh, P, hs)
+        q, k, v = (t.view(B, P, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))
         # causal: position i sees 0..i, so right padding never leaks into real tokens
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            dropout_p=self.dropout if self.training else 0.0)
-        y = y.transpose(1, 2).contiguous().view(B, T, D)  # (B, T, D)
+        y = y.transpose(1, 2).contiguous().view(B, P, D)  # (B, P, D)
         return self.proj(y)
 
 
@@ -116,11 +117,11 @@ class LoopedTransformer(nn.Module):
     # --- the three pieces of the loop ------------------------------------------------------------
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """H_0 = E(x). idx (B, T) -> (B, T, D)."""
+        """H_0 = E(x). idx (B, P) -> (B, P, D)."""
         return self.embed_tokens(idx)
 
     def step(self, h: torch.Tensor, h0: torch.Tensor, t: int) -> torch.Tensor:
-        """One loop step t (1-based): H_t = Block(H_{t-1} + H_0). (B, T, D) -> (B, T, D)."""
+        """One loop step t (1-based): H_t = Block(H_{t-1} + H_0). (B, P, D) -> (B, P, D)."""
         block = self.blocks[0] if self.cfg.looped else self.blocks[t - 1]
         return block(h + h0 if self.cfg.inject else h)
 
@@ -133,19 +134,19 @@ class LoopedTransformer(nn.Module):
     def forward(self, idx: torch.Tensor, n_steps: int, keep_hidden: bool = False):
         """Run the loop n_steps times; return the trajectory.
 
-        idx (B, T) -> logits (K, B, T, V) at every step K = 1..n_steps, and, with keep_hidden, the
-        hidden states (K+1, B, T, D) for steps 0..n_steps (index 0 is H_0 = E(x)).
+        idx (B, P) -> logits (K, B, P, V) at every step K = 1..n_steps, and, with keep_hidden, the
+        hidden states (K+1, B, P, D) for steps 0..n_steps (index 0 is H_0 = E(x)).
         """
         if not self.cfg.looped and n_steps > self.cfg.n_loops:
             raise ValueError(f"vanilla model has {self.cfg.n_loops} blocks, cannot run {n_steps} steps")
-        h0 = h = self.embed(idx)  # (B, T, D)
+        h0 = h = self.embed(idx)  # (B, P, D)
         logits, hidden = [], [h0]
         for t in range(1, n_steps + 1):
             h = self.step(h, h0, t)
             logits.append(self.readout(h))
             if keep_hidden:
                 hidden.append(h)
-        logits = torch.stack(logits)  # (K, B, T, V)
+        logits = torch.stack(logits)  # (K, B, P, V)
         return (logits, torch.stack(hidden)) if keep_hidden else logits
 
     # --- per-sample depth with a shrinking active set ------------------------------------------------
@@ -153,7 +154,7 @@ class LoopedTransformer(nn.Module):
     def forward_depths(self, idx: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
         """Logits of each sample read out at its own depth: sample i at depth[i].
 
-        idx (B, T), depth (B,) ints >= 1 -> logits (B, T, V).
+        idx (B, P), depth (B,) ints >= 1 -> logits (B, P, V).
         Cost: sum_i depth[i] block applications, not B * max_i depth[i]. Rows are sorted by depth
         (deepest first), so the samples still running at step t are a prefix of the batch: the active
         set shrinks by slicing, without gathers. Each sample is read out once, at the step it stops.
@@ -171,4 +172,4 @@ class LoopedTransformer(nn.Module):
             if hi > lo:
                 out[t - 1] = self.readout(h[lo:hi])
         logits = torch.cat([o for o in reversed(out) if o is not None])  # sorted order again
-        return logits[torch.argsort(order)]  # back to the caller's order (B, T, V)
+        return logits[torch.argsort(order)]  # back to the caller's order (B, P, V)

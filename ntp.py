@@ -41,7 +41,7 @@ label per input position) have no answer sequence and are refused.
 
 The schedules need only a looped model with embed / step / readout (model.py's LoopedTransformer, or
 halting.py's minimal contract); build() is the one place that imports model.py. Shapes: B batch,
-T sequence length, D model width, V vocabulary.
+P sequence positions, D model width, V vocabulary.
 """
 
 import torch
@@ -86,14 +86,14 @@ class NTP(nn.Module):
         return prompts, answers
 
     def teacher_forcing(self, x: torch.Tensor, y: torch.Tensor):
-        """(inp, tgt) (B, T'): the sequences s without their last token, and the next token at the answer
+        """(inp, tgt) (B, P'): the sequences s without their last token, and the next token at the answer
         positions, IGNORE at prompt, pause and pad positions. Rows are right-padded with PAD: with causal
         attention a real token never sees the padding after it."""
         prompts, answers = self.split(x, y)
         seqs = [p + [self.pause_id] * self.n_pause + a for p, a in zip(prompts, answers)]
-        T = max(len(s) for s in seqs) - 1
-        inp = torch.full((len(seqs), T), self.pad_id, dtype=torch.long)
-        tgt = torch.full((len(seqs), T), IGNORE, dtype=torch.long)
+        P = max(len(s) for s in seqs) - 1
+        inp = torch.full((len(seqs), P), self.pad_id, dtype=torch.long)
+        tgt = torch.full((len(seqs), P), IGNORE, dtype=torch.long)
         for i, (p, a, s) in enumerate(zip(prompts, answers, seqs)):
             inp[i, :len(s) - 1] = torch.tensor(s[:-1])
             # position j predicts s[j+1]: the answer a_1 .. END is predicted at positions P+p-1 .. P+p+m-1
@@ -104,20 +104,20 @@ class NTP(nn.Module):
     # --- the model at depth c -------------------------------------------------------------------------
 
     def logits(self, model, inp: torch.Tensor) -> torch.Tensor:
-        """f_c: the model read out after its c steps. inp (B, T) -> (B, T, V). For ntp step t applies
+        """f_c: the model read out after its c steps. inp (B, P) -> (B, P, V). For ntp step t applies
         block t (a plain stack of c blocks); for ntp_loop it applies the shared block with injection."""
-        h0 = h = model.embed(inp)  # (B, T, D)
+        h0 = h = model.embed(inp)  # (B, P, D)
         for t in range(1, self.depth + 1):
             h = model.step(h, h0, t)
         return model.readout(h)
 
     def loss(self, model, x, y, Tn, gen):
-        """Teacher forcing on the one-shot batch x, y (B, T); Tn and gen are unused (the depth is fixed).
+        """Teacher forcing on the one-shot batch x, y (B, P); Tn and gen are unused (the depth is fixed).
             l(x) = (1/(m+1)) sum_{j=1}^{m+1} -log p_c(s_{P+p+j} | s_{<P+p+j}),   loss = mean_x l(x)
         (each sample weighs the same whatever its answer length, as halting.per_sample_ce)."""
         inp, tgt = self.teacher_forcing(x, y)
-        logits = self.logits(model, inp)  # (B, T', V)
-        ce = F.cross_entropy(logits.transpose(1, 2), tgt, ignore_index=IGNORE, reduction="none")  # (B, T')
+        logits = self.logits(model, inp)  # (B, P', V)
+        ce = F.cross_entropy(logits.transpose(1, 2), tgt, ignore_index=IGNORE, reduction="none")  # (B, P')
         scored = (tgt != IGNORE).to(ce.dtype)
         loss = ((ce * scored).sum(1) / scored.sum(1)).mean()
         return loss, {"loss": loss.item(), "block_evals": float(self.depth), "depth": float(self.depth)}
@@ -128,7 +128,7 @@ class NTP(nn.Module):
     def decode(self, model, x: torch.Tensor, y: torch.Tensor = None, max_new: int = None):
         """Greedy decoding from each prompt (and its pauses) up to and including END:
             s_hat_t = argmax_v p_c(v | prompt, PAUSE^p, s_hat_<t),   stop at END or after max_new tokens
-        x (B, T) one-shot prompts (their answer slots are dropped), y (B, T) their targets, or None.
+        x (B, P) one-shot prompts (their answer slots are dropped), y (B, P) their targets, or None.
         Returns correct (B,) bool (s_hat = a_1 .. a_m END; None without y) and the decoded token lists.
         max_new defaults to each row's m + 1: a row without END by then cannot be correct anyway.
         Like nanoGPT's generate, every new token re-runs the whole prefix (no key-value cache): the
@@ -144,8 +144,8 @@ class NTP(nn.Module):
         pos, done, rows = start.clone(), torch.zeros(B, dtype=torch.bool), torch.arange(B)
         while not done.all():
             live = rows[~done]  # rows still generating; finished rows are not run again
-            T = int(pos[live].max())
-            logits = self.logits(model, buf[live, :T].to(x.device))  # (b, T, V)
+            P = int(pos[live].max())
+            logits = self.logits(model, buf[live, :P].to(x.device))  # (b, P, V)
             nxt = logits[torch.arange(len(live)), pos[live] - 1].argmax(-1).cpu()  # the token after each prefix
             buf[live, pos[live]] = nxt
             pos[live] += 1
@@ -162,7 +162,7 @@ class NTP(nn.Module):
         is wrong, greedy decoding has fed the true prefix so far, so it emits that wrong token.) The two
         can differ only where a float tie flips an argmax between a prefix pass and a full pass."""
         inp, tgt = self.teacher_forcing(x, y)
-        preds = self.logits(model, inp).argmax(-1)  # (B, T')
+        preds = self.logits(model, inp).argmax(-1)  # (B, P')
         return ((preds == tgt) | (tgt == IGNORE)).all(-1)
 
     def score_set(self, model, x, y, batch_size: int, device: str) -> dict:

@@ -5,15 +5,15 @@ changes the model.
 
 To use this with your model (this file imports only torch: copy it alone)
 ----------------------------------------------------------------------------
-    trajectory_signals, sweep, max_conf_*, fit_gate   work on tensors alone: logits (K, B, T, V), hidden
-                     (K+1, B, T, D) (index 0 = the state before step 1), scored (B, T) bool (True where y is
+    trajectory_signals, sweep, max_conf_*, fit_gate   work on tensors alone: logits (K, B, P, V), hidden
+                     (K+1, B, P, D) (index 0 = the state before step 1), scored (B, P) bool (True where y is
                      scored: fold your answer mask in), correct (K, B) bool, all on one device
     collect, readout_report   need model(x, K, keep_hidden=True) -> (logits, hidden) as above and a
                      schedule with policy(Tn, T_test, hidden=, mask=) -> (B,) (any halting.py schedule);
                      sets {n: (x, y, n, Tn)} with x token ids padded with pad_id (pad_id=None: any input,
-                     every position real), y (B, T) integer with IGNORE (-100) where unscored, Tn (B,) integer
+                     every position real), y (B, P) integer with IGNORE (-100) where unscored, Tn (B,) integer
     early_exit       needs model.embed / step / readout as in halting.py (step's t is 1-based; an optional
-                     init_state(h0) gives the state before step 1, as there); scored and mask (B, T) bool
+                     init_state(h0) gives the state before step 1, as there); scored and mask (B, P) bool
     time_inference   as early_exit; its "fixed" rule also needs model.forward_depths (leave it out otherwise)
 
 max_conf_batch and max_conf_sample return (B,) long depths in 1..K on self_ce's device; collect returns
@@ -46,7 +46,7 @@ at the first t whose cumulative exit probability sum_{s<=t} q_s reaches a thresh
 "<= thr" signals are negated into scores, so one rule serves all. Thresholds come from a quantile sweep
 of the *validation* scores and are chosen on validation only; the test split only reports.
 
-Shape legend: K loop steps, B batch, T sequence length, V vocabulary, D model width, N thresholds.
+Shape legend: K loop steps, B batch, P sequence positions, V vocabulary, D model width, N thresholds.
 """
 
 import inspect
@@ -83,18 +83,18 @@ def expect(name: str, v, dims: str, sizes: tuple, kind: str = "any", device=None
         raise ValueError(f"{name}: {describe(v)}; expected {dims} = ({known}) {what}")
 
 
-# --- signals: each works on one step (B, T, .) or a whole trajectory (K, B, T, .) -------------------
+# --- signals: each works on one step (B, P, .) or a whole trajectory (K, B, P, .) -------------------
 
 def worst(v: torch.Tensor, scored: torch.Tensor, largest: bool) -> torch.Tensor:
     """Aggregate a per-position value over each sample's scored positions: max (largest) or min.
-    v (..., B, T), scored (B, T) bool -> (..., B)."""
+    v (..., B, P), scored (B, P) bool -> (..., B)."""
     fill = -INF if largest else INF
     v = v.masked_fill(~scored, fill)
     return v.amax(-1) if largest else v.amin(-1)
 
 
 def rel_change(a: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-    """||a - prev|| / ||prev|| over the last dim. (..., T, C) -> (..., T)."""
+    """||a - prev|| / ||prev|| over the last dim. (..., K, C) -> (..., K)."""
     return (a - prev).norm(dim=-1) / prev.norm(dim=-1).clamp(min=1e-8)
 
 
@@ -103,7 +103,7 @@ def top1(logits, prev_logits, h, prev_h, scored):
 
 
 def margin(logits, prev_logits, h, prev_h, scored):
-    z = logits.topk(2, dim=-1).values  # (..., B, T, 2)
+    z = logits.topk(2, dim=-1).values  # (..., B, P, 2)
     return worst(z[..., 0] - z[..., 1], scored, largest=False)
 
 
@@ -152,7 +152,7 @@ SIGNALS = {"top1": (top1, 1), "margin": (margin, 1), "entropy": (predictive_entr
 
 
 def answer(logits: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
-    """The predicted answer: argmax at scored positions, -1 elsewhere. (..., B, T, V) -> (..., B, T)."""
+    """The predicted answer: argmax at scored positions, -1 elsewhere. (..., B, P, V) -> (..., B, P)."""
     return logits.argmax(-1).masked_fill(~scored, -1)
 
 
@@ -162,27 +162,27 @@ def update_run(run: torch.Tensor, pred: torch.Tensor, prev_pred: torch.Tensor) -
 
 
 def pool(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of the hidden state over each sample's real (non-pad) tokens. (..., B, T, D) -> (..., B, D).
+    """Mean of the hidden state over each sample's real (non-pad) tokens. (..., B, P, D) -> (..., B, D).
     (halting.pool does the same; repeated here so that this file stands alone.)"""
-    m = mask.unsqueeze(-1).to(h.dtype)  # (B, T, 1)
+    m = mask.unsqueeze(-1).to(h.dtype)  # (B, P, 1)
     return (h * m).sum(-2) / m.sum(-2).clamp(min=1)
 
 
 @torch.no_grad()
 def trajectory_signals(logits: torch.Tensor, hidden: torch.Tensor, scored: torch.Tensor) -> dict:
-    """Every signal at every step of a trajectory. logits (K, B, T, V), hidden (K+1, B, T, D) with
-    hidden[0] = H_0, scored (B, T) -> {name: (K, B)} (raw signals, not scores)."""
-    expect("logits", logits, "(K, B, T, V)", (None, None, None, None), "float")
-    K, B, T, _ = logits.shape
-    expect("hidden", hidden, "(K+1, B, T, D)", (K + 1, B, T, None), "float", logits.device)
-    expect("scored", scored, "(B, T)", (B, T), "bool", logits.device)
+    """Every signal at every step of a trajectory. logits (K, B, P, V), hidden (K+1, B, P, D) with
+    hidden[0] = H_0, scored (B, P) -> {name: (K, B)} (raw signals, not scores)."""
+    expect("logits", logits, "(K, B, P, V)", (None, None, None, None), "float")
+    K, B, P, _ = logits.shape
+    expect("hidden", hidden, "(K+1, B, P, D)", (K + 1, B, P, None), "float", logits.device)
+    expect("scored", scored, "(B, P)", (B, P), "bool", logits.device)
     out = {}
     for name, (fn, _) in SIGNALS.items():
         first = fn(logits[:1], None, hidden[1:2], hidden[:1], scored)  # (1, B)
         rest = fn(logits[1:], logits[:-1], hidden[2:], hidden[1:-1], scored)  # (K-1, B)
         out[name] = torch.cat([first, rest])
     out["self_ce"] = self_ce(logits, None, None, None, scored)
-    preds = answer(logits, scored)  # (K, B, T)
+    preds = answer(logits, scored)  # (K, B, P)
     run = [torch.zeros(logits.shape[1], dtype=torch.long, device=logits.device)]
     for t in range(1, len(logits)):
         run.append(update_run(run[-1], preds[t], preds[t - 1]))
@@ -431,17 +431,17 @@ def early_exit(model, x: torch.Tensor, scored: torch.Tensor, mask: torch.Tensor,
                threshold: float, T_max: int, gate: Gate = None):
     """Run the loop, and after every step drop the rows whose readout says stop: step t costs only the
     still-active rows. `model` has embed/step/readout. threshold in score units (as in the sweep).
-    Returns the predicted answer (B, T) and the exit depth (B,). Samples do not interact (attention is
+    Returns the predicted answer (B, P) and the exit depth (B,). Samples do not interact (attention is
     within a sequence), so each one's result equals the full trajectory read at its exit step."""
     if not isinstance(x, torch.Tensor) or x.dim() < 2:
-        raise ValueError(f"x: {describe(x)}; expected a tensor (B, T, ...) that the model's embed accepts")
-    B, T = x.shape[:2]
-    expect("scored", scored, "(B, T)", (B, T), "bool", x.device)
-    expect("mask", mask, "(B, T)", (B, T), "bool", x.device)
+        raise ValueError(f"x: {describe(x)}; expected a tensor (B, P, ...) that the model's embed accepts")
+    B, P = x.shape[:2]
+    expect("scored", scored, "(B, P)", (B, P), "bool", x.device)
+    expect("mask", mask, "(B, P)", (B, P), "bool", x.device)
     rows = torch.arange(B, device=x.device)  # original index of each active row
-    pred_out = torch.empty((B, T), dtype=torch.long, device=x.device)
+    pred_out = torch.empty((B, P), dtype=torch.long, device=x.device)
     depth_out = torch.empty(B, dtype=torch.long, device=x.device)
-    h0 = model.embed(x)  # (B, T, D), injected into every step
+    h0 = model.embed(x)  # (B, P, D), injected into every step
     prev_h = model.init_state(h0) if hasattr(model, "init_state") else h0  # the state before step 1
     prev_logits = prev_pred = None
     run = torch.zeros(B, dtype=torch.long, device=x.device)
@@ -449,7 +449,7 @@ def early_exit(model, x: torch.Tensor, scored: torch.Tensor, mask: torch.Tensor,
     surv = torch.ones(B, device=x.device)  # gate: prod_{j<t} (1 - e_j)
     for t in range(1, T_max + 1):
         h = model.step(prev_h, h0, t)
-        logits = model.readout(h)  # (b, T, V), b = active rows
+        logits = model.readout(h)  # (b, P, V), b = active rows
         pred = answer(logits, scored)
         if readout in SIGNALS:
             fn, sign = SIGNALS[readout]
@@ -516,11 +516,11 @@ def format_timing(rows: list) -> str:
 # everything reported on test.
 
 def real_tokens(x: torch.Tensor, pad_id) -> torch.Tensor:
-    """(B, T) bool, True at real tokens: x != pad_id for token ids; every position when pad_id is None."""
+    """(B, P) bool, True at real tokens: x != pad_id for token ids; every position when pad_id is None."""
     if pad_id is None:
         return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
     if x.dim() != 2 or x.dtype.is_floating_point:
-        raise ValueError(f"x: {describe(x)}; pad_id={pad_id} finds padding by token id, which needs x (B, T) "
+        raise ValueError(f"x: {describe(x)}; pad_id={pad_id} finds padding by token id, which needs x (B, P) "
                          f"token ids: pass pad_id=None for any other input (every position real)")
     return x != pad_id
 
@@ -536,18 +536,18 @@ def collect(model, schedule, sets: dict, T_test: int, pad_id: int, device: str =
         x, y, ns, Tn = sets[n]
         for i in range(0, len(x), batch_size):
             xb, yb, tb = (t[i:i + batch_size].to(device) for t in (x, y, Tn))
-            B, T = xb.shape[:2]
-            expect(f"sets[{n}] y", yb, "(B, T)", (B, T), "integer")
+            B, P = xb.shape[:2]
+            expect(f"sets[{n}] y", yb, "(B, P)", (B, P), "integer")
             expect(f"sets[{n}] Tn", tb, "(B,)", (B,), "integer")
             mask = real_tokens(xb, pad_id)
-            need = "collect needs model.forward(x, K, keep_hidden=True) -> (logits (K, B, T, V), hidden (K+1, B, T, D))"
+            need = "collect needs model.forward(x, K, keep_hidden=True) -> (logits (K, B, P, V), hidden (K+1, B, P, D))"
             params = inspect.signature(model.forward).parameters
             if "keep_hidden" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
                 raise ValueError(f"model.forward{inspect.signature(model.forward)} takes no keep_hidden: {need}")
             out = model(xb, T_test, keep_hidden=True)
             if not (isinstance(out, tuple) and len(out) == 2):
                 raise ValueError(f"model(x, {T_test}, keep_hidden=True) returned {describe(out)}: {need}")
-            logits, hidden = out  # (K, B, T, V), (K+1, B, T, D)
+            logits, hidden = out  # (K, B, P, V), (K+1, B, P, D)
             scored = yb != IGNORE
             ce = nn.functional.cross_entropy(logits.flatten(0, 2), yb.expand(logits.shape[:-1]).flatten(),
                                              ignore_index=IGNORE, reduction="none").view(logits.shape[:-1])

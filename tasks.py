@@ -413,13 +413,13 @@ def curriculum_n_max(step: int, n_start: int, n_max: int, every: int) -> int:
 def make_batch(task: Task, ns: list[int], gen: torch.Generator, test: bool = False):
     """Right-padded batch of samples with lengths ns (test=True: the test distribution).
 
-    Returns x (B, T) tokens (PAD after each sample), y (B, T) targets (IGNORE at unscored positions
+    Returns x (B, P) tokens (PAD after each sample), y (B, P) targets (IGNORE at unscored positions
     and pads), n (B,) task lengths, Tn (B,) each sample's length-matched depth T(n).
     """
     pairs = [task.sample(n, gen, test) for n in ns]
-    T = max(len(x) for x, _ in pairs)
-    x = torch.full((len(ns), T), PAD, dtype=torch.long)
-    y = torch.full((len(ns), T), IGNORE, dtype=torch.long)
+    P = max(len(x) for x, _ in pairs)  # positions of the longest sample
+    x = torch.full((len(ns), P), PAD, dtype=torch.long)
+    y = torch.full((len(ns), P), IGNORE, dtype=torch.long)
     for i, (xi, yi) in enumerate(pairs):
         x[i, : len(xi)] = torch.tensor(xi)
         y[i, : len(yi)] = torch.tensor(yi)

@@ -22,7 +22,8 @@ Notation: G_k the gradient of the loss L_k read out at depth k; G_k = Gbar + xi_
 S a window of m = |S| depths, G_pi = (1/m) sum_{k in S} G_k; B^2 >= ||xi_k||^2, rho B^2 >= <xi_i, xi_j>
 (i != j); H_k the hidden state at depth k, Z* a target state, mu a PL constant, eps >= J_S =
 (1/m) sum_{k in S} L_k; pi(tau) a stop distribution over tau = 1..K with rewards R_t.
-Shapes: B batch, T sequence length, D model width, K loop steps, P parameters, N samples.
+Shapes: B batch, P sequence positions, D model width, K loop steps, N samples; a gradient is a vector over all
+Q parameters.
 """
 
 import math
@@ -108,7 +109,7 @@ def residual_bound(B2: float, rho: float, m: int) -> float:
 
 
 def decomposition(xi: torch.Tensor) -> tuple[float, float]:
-    """xi (m, P) -> (B^2, rho): B^2 = max ||xi_k||^2, rho = max_{i != j} <xi_i, xi_j> / B^2 (0 if m=1)."""
+    """xi (m, Q) -> (B^2, rho): B^2 = max ||xi_k||^2, rho = max_{i != j} <xi_i, xi_j> / B^2 (0 if m=1)."""
     gram = xi @ xi.T  # (m, m)
     B2 = gram.diagonal().max().item()
     if len(xi) == 1 or B2 == 0:
@@ -118,14 +119,14 @@ def decomposition(xi: torch.Tensor) -> tuple[float, float]:
 
 
 def residual_rows(G: torch.Tensor, Gbar: torch.Tensor, windows: list[list[int]], bound=residual_bound) -> list[dict]:
-    """One row per window S (0-based indices into G). G (R, P) per-depth gradients at depths 1..R, Gbar
-    (P,); `bound(B2, rho, m)` is the right side (a parameter, so tests can show a wrong one is caught)."""
+    """One row per window S (0-based indices into G). G (R, Q) per-depth gradients at depths 1..R, Gbar
+    (Q,); `bound(B2, rho, m)` is the right side (a parameter, so tests can show a wrong one is caught)."""
     G, Gbar = G.double(), Gbar.double()
     B2, rho = decomposition(G - Gbar)  # over all depths: the theorem's constants
     rows, first = [], None
     for S in windows:
         B2_S, rho_S = decomposition(G[S] - Gbar)
-        G_pi = G[S].mean(0)  # (P,)
+        G_pi = G[S].mean(0)  # (Q,)
         lhs = (G_pi - Gbar).pow(2).sum().item()  # ||G_pi - Gbar||^2, the bias of the window's mean
         within = (G[S] - G_pi).pow(2).sum(1).mean().item()  # (1/m) sum_{k in S} ||G_k - G_pi||^2
         rhs, rhs_S = bound(B2, rho, len(S)), bound(B2_S, rho_S, len(S))
@@ -157,30 +158,30 @@ def centered_windows(center: int, ms: list[int], n_depths: int) -> list[list[int
     return out
 
 
-def synthetic_gradients(n_depths: int, P: int, B: float, rho: float, gen: torch.Generator,
+def synthetic_gradients(n_depths: int, Q: int, B: float, rho: float, gen: torch.Generator,
                         exact: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """(G (n_depths, P), Gbar (P,)) with G_k = Gbar + xi_k, xi_k = B (sqrt(rho) u + sqrt(1-rho) v_k).
+    """(G (n_depths, Q), Gbar (Q,)) with G_k = Gbar + xi_k, xi_k = B (sqrt(rho) u + sqrt(1-rho) v_k).
     exact: u, v_k orthonormal, so ||xi_k||^2 = B^2 and <xi_i, xi_j> = rho B^2 exactly and the bound is an
     equality. Otherwise v_k are random unit vectors (only approximately orthogonal to u and each other)."""
     if not 0 <= rho <= 1:
         raise ValueError(f"rho={rho}: the construction needs 0 <= rho <= 1")
-    Q, _ = torch.linalg.qr(torch.randn(P, n_depths + 1, generator=gen, dtype=torch.float64))
-    V = Q[:, 1:].T if exact else torch.randn(n_depths, P, generator=gen, dtype=torch.float64)  # (n_depths, P)
-    xi = B * (math.sqrt(rho) * Q[:, 0] + math.sqrt(1 - rho) * V / V.norm(dim=1, keepdim=True))
-    Gbar = torch.randn(P, generator=gen, dtype=torch.float64)
+    basis, _ = torch.linalg.qr(torch.randn(Q, n_depths + 1, generator=gen, dtype=torch.float64))
+    V = basis[:, 1:].T if exact else torch.randn(n_depths, Q, generator=gen, dtype=torch.float64)  # (n_depths, Q)
+    xi = B * (math.sqrt(rho) * basis[:, 0] + math.sqrt(1 - rho) * V / V.norm(dim=1, keepdim=True))
+    Gbar = torch.randn(Q, generator=gen, dtype=torch.float64)
     return Gbar + xi, Gbar
 
 
 def per_depth_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_depths: int) -> torch.Tensor:
     """G_k = grad_theta L_k, L_k = batch mean of per_sample_ce at depth k, for k = 1..n_depths.
-    One forward pass, one backward per depth. -> (n_depths, P) float64."""
+    One forward pass, one backward per depth. -> (n_depths, Q) float64."""
     params = [p for p in model.parameters() if p.requires_grad]
     L = per_sample_ce(model(x, n_depths), y).mean(-1)  # (K,)
     rows = []
     for k in range(n_depths):
         grads = torch.autograd.grad(L[k], params, retain_graph=k < n_depths - 1)
         rows.append(torch.cat([g.reshape(-1) for g in grads]).double())
-    return torch.stack(rows)  # (K, P)
+    return torch.stack(rows)  # (K, Q)
 
 
 # === Check 2: representation consistency bound (the primary paper) ==========================================
@@ -319,9 +320,9 @@ def reinforce_rows(n_samples: int = 20000, K: int = 5, feat: int = 3, seed: int 
     tau = sampler(a.detach().expand(n_samples, K - 1), torch.rand(n_samples, **f64)) - 1  # (N,) 0-based
     mc = grad(loss_fn(logp[tau], R[tau], b))  # the mean REINFORCE gradient over N draws
     # the per-sample gradient takes one value g_t per tau = t (K backward passes): Sigma from their frequencies
-    g = torch.stack([grad(loss_fn(logp[t:t + 1], R[t:t + 1], b)) for t in range(K)])  # (K, P)
+    g = torch.stack([grad(loss_fn(logp[t:t + 1], R[t:t + 1], b)) for t in range(K)])  # (K, Q)
     freq = torch.bincount(tau, minlength=K).double()[:, None] / (n_samples - 1)  # (K, 1)
-    cov = (g - mc).T @ (freq * (g - mc)) / n_samples  # Sigma / N, covariance of the mean (P, P)
+    cov = (g - mc).T @ (freq * (g - mc)) / n_samples  # Sigma / N, covariance of the mean (Q, Q)
     d, se = mc - exact, cov.diagonal().sqrt()
     rows = [{"setting": f"K={K}, seed {seed}", "param": name, "exact -dJ": e.item(), "REINFORCE mean": m.item(),
              "std err": s.item(), "stat": z, "p": math.erfc(z / 2 ** 0.5)}
@@ -465,7 +466,7 @@ def gradient_tables(nets: dict, trains: dict, task, cfg: Config) -> tuple[list[d
     norms = [{"k": str(k + 1)} for k in range(cfg.T_max)] + [{"k": "Gbar all"}, {"k": "Gbar trained"}]
     rows = []
     for name, (model, trained) in nets.items():
-        G = per_depth_gradients(model, x, y, cfg.T_max)  # (T_max, P)
+        G = per_depth_gradients(model, x, y, cfg.T_max)  # (T_max, Q)
         for k in range(cfg.T_max):
             norms[k][f"||G_k|| {name}"] = G[k].norm().item()
         for i, ref in enumerate((list(range(cfg.T_max)), trained)):
@@ -505,8 +506,8 @@ def consistency_rows(nets: dict, task, cfg: Config) -> list[dict]:
         mask = (x != PAD)[None, :, :, None]  # pads contribute nothing
         for (name, seed), model in nets.items():
             model.eval()
-            logits, hidden = model(x, S[-1], keep_hidden=True)  # (K, B, T, V), (K+1, B, T, D) index 0 = H_0
-            H, logits = hidden[S], logits[[k - 1 for k in S]]  # (m, B, T, D), (m, B, T, V)
+            logits, hidden = model(x, S[-1], keep_hidden=True)  # (K, B, P, V), (K+1, B, P, D) index 0 = H_0
+            H, logits = hidden[S], logits[[k - 1 for k in S]]  # (m, B, P, D), (m, B, P, V)
             exact = ((logits.argmax(-1) == y) | (y == IGNORE)).all(-1).float().mean(-1)  # (m,)
             rows.append({"model": name, "seed": seed, "n": n, "depths S": f"{S[0]}..{S[-1]}",
                          "eps=J_S": per_sample_ce(logits, y).mean().item(),  # (1/m) sum_{k in S} L_k

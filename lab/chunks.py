@@ -141,7 +141,7 @@ class Chunk:
 
     def batch(self, n_hi: int):
         """Every seed's batch from its own data generator and its depth draw from its own depth generator,
-        stacked: x, y (S, B, T) right-padded, Tn and the draw (S, B), on the host."""
+        stacked: x, y (S, B, P) right-padded, Tn and the draw (S, B), on the host."""
         cfg = self.cfg
         parts = [train_batch(self.task, cfg.batch_size, cfg.n_min, n_hi, g["data"]) for g in self.gens]
         T = max([self.pad] + [p[0].shape[1] for p in parts])

@@ -3,7 +3,7 @@ S seeds as one batched program: every weight of the looped transformer and of it
 leading seed axis, so one forward pass trains S independent runs (train.py --stack S).
 
     linear layer     y[s] = x[s] W[s]^T + b[s]           one batched matmul (torch.baddbmm) for all seeds
-    attention        the seeds fold into its batch: (S, B, T, D) -> (S*B, nh, T, hs)
+    attention        the seeds fold into its batch: (S, B, P, D) -> (S*B, nh, P, hs)
     LayerNorm        normalised as usual, then each seed's own scale and shift
     embedding        each seed's own table (one lookup in the S tables laid end to end)
 
@@ -25,7 +25,7 @@ NTP baselines do not stack; nor do dropout (its mask comes from the global RNG),
 block that no sample of one seed reaches has no gradient there, AdamW skips it, the stack cannot) and
 truncated backpropagation (bptt_k).
 
-This file imports torch, model.py and halting.py only. Shapes: S seeds, B batch, T sequence length,
+This file imports torch, model.py and halting.py only. Shapes: S seeds, B batch, P sequence positions,
 D model width, K loop steps, V vocabulary.
 """
 
@@ -33,10 +33,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from halting import act_weights, entropy, kl_divergence, log_stop_distribution, per_sample_ce, pool, sample_stop, unroll
+from halting import DEPTH_FIRST, act_weights, entropy, kl_divergence, log_stop_distribution, per_sample_ce, pool, sample_stop, unroll
 from model import LoopedTransformer
 
-SINGLE = ("fixed", "matched", "window", "fixed_window", "lognormal_poisson")  # one depth per sample
+SINGLE = DEPTH_FIRST  # one depth per sample, drawn before the forward pass
 STACKABLE = SINGLE + ("multidepth", "fixed_prior", "rl", "ponder", "act")
 
 
@@ -100,7 +100,7 @@ class Embedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(S, V, D))
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx (S, B, T) -> (S, B, T, D): seed s looks up row idx of its table, row s*V + idx of all S."""
+        """idx (S, B, P) -> (S, B, P, D): seed s looks up row idx of its table, row s*V + idx of all S."""
         S, V, D = self.weight.shape
         offset = (torch.arange(S, device=idx.device) * V).view(S, *[1] * (idx.dim() - 1))
         return F.embedding(idx + offset, self.weight.view(S * V, D))
@@ -113,12 +113,12 @@ class CausalSelfAttention(nn.Module):
         self.qkv, self.proj = Linear(S, D, 3 * D), Linear(S, D, D)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        S, B, T, D = x.shape
+        S, B, P, D = x.shape
         q, k, v = self.qkv(x).split(D, dim=-1)
-        # (S, B, T, D) -> (S*B, nh, T, hs): the seeds are more batch
-        q, k, v = (t.reshape(S * B, T, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))
+        # (S, B, P, D) -> (S*B, nh, P, hs): the seeds are more batch
+        q, k, v = (t.reshape(S * B, P, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(S, B, T, D))
+        return self.proj(y.transpose(1, 2).reshape(S, B, P, D))
 
 
 class MLP(nn.Module):
@@ -158,11 +158,11 @@ class StackedLoopedTransformer(nn.Module):
         self.load_state_dict(stack_states([m.state_dict() for m in models]))
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """H_0 = E(x). idx (S, B, T) -> (S, B, T, D)."""
+        """H_0 = E(x). idx (S, B, P) -> (S, B, P, D)."""
         return self.embed_tokens(idx)
 
     def step(self, h: torch.Tensor, h0: torch.Tensor, t: int) -> torch.Tensor:
-        """H_t = Block(H_{t-1} + H_0). (S, B, T, D) -> (S, B, T, D)."""
+        """H_t = Block(H_{t-1} + H_0). (S, B, P, D) -> (S, B, P, D)."""
         return self.blocks[0](h + h0 if self.cfg.inject else h)
 
     def readout(self, h: torch.Tensor) -> torch.Tensor:
@@ -171,14 +171,14 @@ class StackedLoopedTransformer(nn.Module):
 
 
 def trajectory(model: StackedLoopedTransformer, x: torch.Tensor, K: int):
-    """halting.unroll on the stack, seed axis first: logits (S, K, B, T, V), hidden states (S, K+1, B, T, D)."""
-    logits, hidden = unroll(model, x, K)  # (K, S, B, T, V), (K+1, S, B, T, D)
+    """halting.unroll on the stack, seed axis first: logits (S, K, B, P, V), hidden states (S, K+1, B, P, D)."""
+    logits, hidden = unroll(model, x, K)  # (K, S, B, P, V), (K+1, S, B, P, D)
     return logits.transpose(0, 1), hidden.transpose(0, 1)
 
 
 def logits_at(model: StackedLoopedTransformer, x: torch.Tensor, depth: torch.Tensor, depth_host: torch.Tensor | None,
               K: int) -> torch.Tensor:
-    """Each sample read out at its own depth: x (S, B, T), depth (S, B) on x's device -> (S, B, T, V).
+    """Each sample read out at its own depth: x (S, B, P), depth (S, B) on x's device -> (S, B, P, V).
 
     depth_host (the same depths on the host): the active set padded to the largest over the seeds. Rows are
     sorted by depth per seed, deepest first; step t runs the first n(t) = max_s #{i : depth[s, i] >= t} rows
@@ -195,7 +195,7 @@ def logits_at(model: StackedLoopedTransformer, x: torch.Tensor, depth: torch.Ten
         x, depth = x[rows, order], depth[rows, order]
     else:
         n_run = [B] * K
-    h0 = h = final = model.embed(x)  # (S, B, T, D); `final`: each row's state at its depth, once reached
+    h0 = h = final = model.embed(x)  # (S, B, P, D); `final`: each row's state at its depth, once reached
     tails = []  # rows past n(t) have all stopped: their final states, set aside
     for t in range(1, K + 1):
         n = n_run[t - 1]
@@ -204,7 +204,7 @@ def logits_at(model: StackedLoopedTransformer, x: torch.Tensor, depth: torch.Ten
             final, h = final[:, :n], h[:, :n]
         h = model.step(h, h0[:, :n], t)
         final = torch.where((depth[:, :n] == t)[..., None, None], h, final)
-    logits = model.readout(torch.cat([final] + tails[::-1], 1))  # (S, B, T, V)
+    logits = model.readout(torch.cat([final] + tails[::-1], 1))  # (S, B, P, V)
     return logits if depth_host is None else logits[rows, torch.argsort(order, dim=1)]
 
 
@@ -256,11 +256,11 @@ class StackedSchedule(nn.Module):
         return self.head(h.detach() if self.first.detach_input else h).squeeze(-1)
 
     def trajectory_logits(self, hidden: torch.Tensor, mask: torch.Tensor, K: int) -> torch.Tensor:
-        """Hazard logits of steps 1..K-1: hidden (S, >=K, B, T, D), mask (S, B, T) -> (S, B, K-1)."""
+        """Hazard logits of steps 1..K-1: hidden (S, >=K, B, P, D), mask (S, B, P) -> (S, B, K-1)."""
         return self.hazard_logits(pool(hidden[:, 1:K], mask.unsqueeze(1))).transpose(1, 2)
 
     def loss(self, model, x, y, Tn, draw, draw_host=None):
-        """Every seed's training loss (S,) and stats (S, n). x, y (S, B, T), Tn and draw (S, B) on the device.
+        """Every seed's training loss (S,) and stats (S, n). x, y (S, B, P), Tn and draw (S, B) on the device.
         draw_host: the draw on the host (eager: the active set and the deepest step of the chunk are read
         from it); None: static, every loop runs to T_max and nothing is read back."""
         S, B = Tn.shape
@@ -283,14 +283,14 @@ class StackedSchedule(nn.Module):
             # L = (1/|S_w(x)|) sum_{k in S_w(x)} l_k
             loss = ((in_S * l).sum(1) / in_S.sum(1)).mean(1)
             return loss, torch.stack([loss.detach(), hi.amax(1).float(), ((lo + hi) / 2).float().mean(1)], 1)
-        logits, hidden = trajectory(model, x, self.T_max)  # (S, T_max, B, T, V), (S, T_max+1, B, T, D)
+        logits, hidden = trajectory(model, x, self.T_max)  # (S, T_max, B, P, V), (S, T_max+1, B, P, D)
         if self.name == "fixed_prior":
             pi = self.first.pi
             # L = sum_t pi_t l_t
             loss = (pi.view(1, -1, 1) * per_sample_ce(logits, y.unsqueeze(1))).sum(1).mean(1)
             depth = (pi * arange).sum().expand(S)  # E_pi[t]
             return loss, torch.stack([loss.detach(), torch.full_like(depth, self.T_max), depth], 1)
-        pad = self.first.pad_id  # real tokens: what the head pools over (halting.HaltingHead.real, on (S, B, T))
+        pad = self.first.pad_id  # real tokens: what the head pools over (halting.HaltingHead.real, on (S, B, P))
         mask = x != pad if pad is not None else torch.ones_like(x, dtype=torch.bool)
         a = self.trajectory_logits(hidden, mask, self.T_max)  # (S, B, T_max-1)
         full = torch.full((S,), float(self.T_max), device=x.device)
