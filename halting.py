@@ -100,12 +100,13 @@ def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def batch_mean(ce: torch.Tensor, y: torch.Tensor, loss_weight: str = "sample") -> torch.Tensor:
     """The batch loss from per-sample CEs ce (B,) and targets y (B, P). "sample": the mean over samples of
     each sample's l(theta; x, y, tau) (the primary paper); "token": the mean over every scored token of the
-    batch (Fan et al.'s code: one cross-entropy over all answer tokens), where a long answer weighs more."""
+    batch (Fan et al.'s code: one cross-entropy over all answer tokens), where a long answer weighs more.
+    Like every objective below, it reduces the last axes only: stacked seeds (..., B) get one loss each."""
     if loss_weight == "sample":
-        return ce.mean()
+        return ce.mean(-1)
     n = (y != IGNORE).sum(-1).to(ce.dtype)  # (B,) scored positions of each sample
     # L = sum_i n_i l_i / sum_i n_i  (= the sum of CE over the batch's scored tokens / their number)
-    return (ce * n).sum() / n.sum().clamp(min=1)
+    return (ce * n).sum(-1) / n.sum(-1).clamp(min=1)
 
 
 def unroll(model, x: torch.Tensor, K: int):
@@ -284,14 +285,23 @@ class MultiDepth(Matched):
         check_batch(x, y, Tn, gen, mask)
         # S_w(x) = {clip(T(n) + d, 1, T_max) : d = -w..w} = the integers lo..hi. A set: the depths that
         # clipping piles up at 1 or T_max count once, so every supervised depth has the same weight.
-        lo, hi = (Tn - self.w).clamp(1, self.T_max), (Tn + self.w).clamp(1, self.T_max)  # (B,)
+        lo, hi = self.window(Tn)  # (B,)
         K = int(hi.max())  # one unroll to the deepest window of the batch: B * K block applications
         l = per_sample_ce(unroll(model, x, K)[0], y)  # (K, B): l_k for every depth k = 1..K
-        k = torch.arange(1, K + 1, device=x.device).unsqueeze(1)  # (K, 1)
-        in_S = ((k >= lo) & (k <= hi)).to(l.dtype)  # (K, B)
-        # L = (1/|S_w(x)|) sum_{k in S_w(x)} l_k
-        loss = ((in_S * l).sum(0) / in_S.sum(0)).mean()
+        loss = self.objective(l, lo, hi)
         return loss, {"loss": loss.item(), "block_evals": float(K), "depth": ((lo + hi) / 2).float().mean().item()}
+
+    def window(self, Tn):
+        """S_w(x) as its bounds lo..hi = clip(T(n) -+ w, 1, T_max). Tn (..., B) -> lo, hi (..., B)."""
+        return (Tn - self.w).clamp(1, self.T_max), (Tn + self.w).clamp(1, self.T_max)
+
+    @staticmethod
+    def objective(l, lo, hi):
+        """L = (1/|S_w(x)|) sum_{k in S_w(x)} l_k, mean over samples. l (..., K, B) the CE at k = 1..K -> (...)."""
+        k = torch.arange(1, l.shape[-2] + 1, device=l.device).unsqueeze(1)  # (K, 1)
+        in_S = ((k >= lo.unsqueeze(-2)) & (k <= hi.unsqueeze(-2))).to(l.dtype)  # (..., K, B)
+        # L = (1/|S_w(x)|) sum_{k in S_w(x)} l_k
+        return ((in_S * l).sum(-2) / in_S.sum(-2)).mean(-1)
 
 
 def truncated_geometric(lam: float, K: int) -> torch.Tensor:
@@ -318,10 +328,14 @@ class FixedPrior(Schedule):
     def loss(self, model, x, y, Tn, gen, mask=None):
         check_batch(x, y, Tn, gen, mask)
         l = per_sample_ce(unroll(model, x, self.T_max)[0], y)  # (T_max, B)
-        # L = sum_t pi_t l_t
-        loss = (self.pi.unsqueeze(1) * l).sum(0).mean()
+        loss = self.objective(l)
         depth = (self.pi * torch.arange(1, self.T_max + 1, device=self.pi.device)).sum()  # E_pi[t]
         return loss, {"loss": loss.item(), "block_evals": float(self.T_max), "depth": depth.item()}
+
+    def objective(self, l):
+        """L = sum_t pi_t l_t, mean over samples. l (..., T_max, B) -> (...)."""
+        # L = sum_t pi_t l_t
+        return (self.pi.unsqueeze(-1) * l).sum(-2).mean(-1)
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
         check_policy(Tn, T_test)
@@ -415,9 +429,12 @@ def entropy(log_pi: torch.Tensor) -> torch.Tensor:
 
 
 def reinforce_loss(logp_tau: torch.Tensor, reward: torch.Tensor, baseline) -> torch.Tensor:
-    """REINFORCE surrogate, mean over the batch: -sg(R - b) log pi(tau|x). Its gradient is an unbiased
-    estimate of -grad_phi E_{tau~pi}[R] (the baseline changes the variance, not the mean)."""
-    return -((reward - baseline).detach() * logp_tau).mean()
+    """REINFORCE surrogate, mean over the batch (the last axis): -sg(R - b) log pi(tau|x). Its gradient is an
+    unbiased estimate of -grad_phi E_{tau~pi}[R] (the baseline changes the variance, not the mean). b: a number,
+    or one per row of a leading axis (stacked seeds: b (S,), R (S, B))."""
+    if isinstance(baseline, torch.Tensor) and baseline.dim():
+        baseline = baseline.unsqueeze(-1)
+    return -((reward - baseline).detach() * logp_tau).mean(-1)
 
 
 class RLHalting(HaltingHead):
@@ -466,18 +483,26 @@ class RLHalting(HaltingHead):
             n_grad, n_nograd = float(self.T_max), 0.0
         else:  # the same numbers from the active set (below): tau steps with gradient per sample
             ce, tau, a, n_grad, n_nograd = self._unroll_active(model, x, y, mask, u.log())
-        log_pi = log_stop_distribution(a)  # (B, T_max)
         # R = -l(theta; x, y, tau), stop-gradient
         R = -ce.detach()
-        # L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x))
-        log_pi_tau = log_pi.gather(1, (tau - 1).unsqueeze(1)).squeeze(1)
-        halt = reinforce_loss(log_pi_tau, R, self.baseline) - self.lambda_ent * entropy(log_pi).mean()
-        # b <- 0.9 b + 0.1 mean(R)   (after its use in this step's loss)
-        with torch.no_grad():
-            self.baseline.mul_(0.9).add_(0.1 * R.mean())
+        halt = self.halt_loss(log_stop_distribution(a), tau, R, self.baseline)  # L_halt (below)
+        self.update_baseline(self.baseline, R)
         stats = {"loss": ce.mean().item(), "halt_loss": halt.item(), "block_evals": n_grad + n_nograd,
                  "block_evals_grad": n_grad, "depth": tau.float().mean().item(), "baseline": self.baseline.item()}
         return ce.mean(), halt, stats
+
+    def halt_loss(self, log_pi, tau, R, baseline):
+        """L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x)), mean over samples. log_pi (..., B, T_max),
+        tau and R (..., B), b: one per leading row -> (...)."""
+        log_pi_tau = log_pi.gather(-1, (tau - 1).unsqueeze(-1)).squeeze(-1)
+        # L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x))
+        return reinforce_loss(log_pi_tau, R, baseline) - self.lambda_ent * entropy(log_pi).mean(-1)
+
+    @staticmethod
+    def update_baseline(baseline, R) -> None:
+        """b <- 0.9 b + 0.1 mean(R), in place, after its use in this step's loss. R (..., B), b (...)."""
+        with torch.no_grad():
+            baseline.mul_(0.9).add_(0.1 * R.mean(-1))
 
     def _unroll_active(self, model, x, y, mask, log_u):
         """The active-set path: sample tau online (the rule of sample_stop, step by step) and return the CE at
@@ -544,17 +569,20 @@ class PonderNet(HaltingHead):
         logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, P, V), (T_max+1, B, P, D)
         l = per_sample_ce(logits, y).transpose(0, 1)  # (B, T_max)
         log_q = log_stop_distribution(self.trajectory_logits(hidden, self.real(x, mask), self.T_max))  # (B, T_max)
-        task = (log_q.exp() * l).sum(1).mean()
-        if self.prior == "uniform":
-            # Ouro's first stage (Zhu et al. 2025, section 3.3): L = sum_t q_t l_t - beta H(q), the expected task
-            # loss minus beta times the exit entropy; = sum_t q_t l_t + beta KL(q || Unif{1..T_max}) - beta log T_max
-            kl = -self.beta * entropy(log_q).mean()
-        else:
-            # L = sum_t q_t l_t + beta KL(q || p_G)
-            kl = self.beta * kl_divergence(log_q, self.log_prior).mean()
+        task, kl = self.objective(log_q, l)
         depth = (log_q.exp() * torch.arange(1, self.T_max + 1, device=x.device)).sum(1).mean()  # E_q[t]
         return task + kl, {"loss": task.item(), "halt_loss": kl.item(), "block_evals": float(self.T_max),
                            "depth": depth.item()}
+
+    def objective(self, log_q, l):
+        """(sum_t q_t l_t, its penalty), means over samples. log_q, l (..., B, T_max) -> (...), (...)."""
+        task = (log_q.exp() * l).sum(-1).mean(-1)
+        if self.prior == "uniform":
+            # Ouro's first stage (Zhu et al. 2025, section 3.3): L = sum_t q_t l_t - beta H(q), the expected task
+            # loss minus beta times the exit entropy; = sum_t q_t l_t + beta KL(q || Unif{1..T_max}) - beta log T_max
+            return task, -self.beta * entropy(log_q).mean(-1)
+        # L = sum_t q_t l_t + beta KL(q || p_G)
+        return task, self.beta * kl_divergence(log_q, self.log_prior).mean(-1)
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
         check_policy(Tn, T_test, hidden, mask, learned=True)
@@ -606,13 +634,17 @@ class ACT(HaltingHead):
         logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, P, V), (T_max+1, B, P, D)
         halt = torch.sigmoid(self.trajectory_logits(hidden, self.real(x, mask), self.T_max))  # (B, T_max-1)
         N, R, p = act_weights(halt, self.eps)  # (B,), (B,), (B, T_max)
-        # yhat = sum_t p_t logits_t
-        mixed = torch.einsum("bk,kbtv->btv", p, logits)  # (B, P, V)
-        # L = CE(yhat, y) + tau_act * (N + R)   (N is a step count: its gradient flows through R only)
-        task, cost = per_sample_ce(mixed, y).mean(), self.tau_act * (N + R).mean()
+        task, cost = self.objective(p, N, R, logits, y)
         depth = (p * torch.arange(1, self.T_max + 1, device=x.device)).sum(1).mean()  # sum_t p_t t
         return task + cost, {"loss": task.item(), "halt_loss": cost.item(), "block_evals": float(self.T_max),
                              "depth": depth.item(), "ponder_cost": (N + R).float().mean().item()}
+
+    def objective(self, p, N, R, logits, y):
+        """(CE(yhat, y), tau_act (N + R)), means over samples. p (..., B, K), N, R (..., B), logits (..., K, B, P, V)."""
+        # yhat = sum_t p_t logits_t
+        mixed = torch.einsum("...bk,...kbpv->...bpv", p, logits)  # (..., B, P, V)
+        # L = CE(yhat, y) + tau_act * (N + R)   (N is a step count: its gradient flows through R only)
+        return per_sample_ce(mixed, y).mean(-1), self.tau_act * (N + R).mean(-1)
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
         check_policy(Tn, T_test, hidden, mask, learned=True)

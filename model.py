@@ -46,14 +46,14 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, P, D = x.shape
-        q, k, v = self.qkv(x).split(D, dim=2)
+        *lead, P, D = x.shape  # lead: (B,); (S, B) when lab/stack.py runs S seeds' weights as one model
+        q, k, v = self.qkv(x).split(D, dim=-1)
         # (B, P, D) -> (B, nh, P, hs)
-        q, k, v = (t.view(B, P, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (t.reshape(-1, P, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))
         # causal: position i sees 0..i, so right padding never leaks into real tokens
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            dropout_p=self.dropout if self.training else 0.0)
-        y = y.transpose(1, 2).contiguous().view(B, P, D)  # (B, P, D)
+        y = y.transpose(1, 2).reshape(*lead, P, D)  # (B, P, D)
         return self.proj(y)
 
 

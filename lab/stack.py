@@ -2,10 +2,16 @@
 S seeds as one batched program: every weight of the looped transformer and of its halting head gets a
 leading seed axis, so one forward pass trains S independent runs (train.py --stack S).
 
+One definition. The model is model.py's own LoopedTransformer with its three kinds of leaf swapped for
+seed-axis twins (StackedLoopedTransformer); each schedule's loss is halting.py's, called with the seed axis in
+front (Schedule, MultiDepth, FixedPrior, PonderNet, ACT and RLHalting write their objectives over the last axes).
+What is written here is only what stacking adds:
+
     linear layer     y[s] = x[s] W[s]^T + b[s]           one batched matmul (torch.baddbmm) for all seeds
-    attention        the seeds fold into its batch: (S, B, P, D) -> (S*B, nh, P, hs)
     LayerNorm        normalised as usual, then each seed's own scale and shift
     embedding        each seed's own table (one lookup in the S tables laid end to end)
+    attention        model.py's: the seeds fold into its batch, (S, B, P, D) -> (S*B, nh, P, hs)
+    depths           the active set padded to the largest over the seeds (logits_at), each seed's own draws
 
 Nothing couples two seeds: every op is per seed (a batched matmul never mixes its batch entries), the
 loss of the chunk is the sum of the seeds' losses (d/dtheta_s sum_r L_r = dL_s/dtheta_s), the gradient
@@ -29,11 +35,13 @@ This file imports torch, model.py and halting.py only. Shapes: S seeds, B batch,
 D model width, K loop steps, V vocabulary.
 """
 
+import copy
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from halting import DEPTH_FIRST, act_weights, entropy, kl_divergence, log_stop_distribution, per_sample_ce, pool, sample_stop, unroll
+from halting import DEPTH_FIRST, act_weights, batch_mean, log_stop_distribution, per_sample_ce, pool, sample_stop, unroll
 from model import LoopedTransformer
 
 SINGLE = DEPTH_FIRST  # one depth per sample, drawn before the forward pass
@@ -64,7 +72,8 @@ def unstack(state: dict, s: int) -> dict:
     return {k: v[s].detach().cpu().clone() for k, v in state.items()}
 
 
-# --- stacked layers: model.py's, with a leading seed axis on every weight -----------------------------
+# --- the leaves of model.py with a leading seed axis on every weight: torch's nn.Linear, nn.LayerNorm and
+# nn.Embedding, one per seed, as one batched op. model.py's own modules are built from them (TWINS, below) ----
 
 def per_seed(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """A per-seed vector w (S, D) shaped to broadcast against x (S, ..., D)."""
@@ -106,68 +115,28 @@ class Embedding(nn.Module):
         return F.embedding(idx + offset, self.weight.view(S * V, D))
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, S: int, D: int, n_head: int):
-        super().__init__()
-        self.n_head = n_head
-        self.qkv, self.proj = Linear(S, D, 3 * D), Linear(S, D, D)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        S, B, P, D = x.shape
-        q, k, v = self.qkv(x).split(D, dim=-1)
-        # (S, B, P, D) -> (S*B, nh, P, hs): the seeds are more batch
-        q, k, v = (t.reshape(S * B, P, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(S, B, P, D))
+# each leaf module of model.py (nn.Linear, nn.LayerNorm, nn.Embedding) -> its seed-axis twin above
+TWINS = {nn.Linear: lambda S, m: Linear(S, m.in_features, m.out_features, bias=m.bias is not None),
+         nn.LayerNorm: lambda S, m: LayerNorm(S, m.normalized_shape[-1]),
+         nn.Embedding: lambda S, m: Embedding(S, m.num_embeddings, m.embedding_dim)}
 
 
-class MLP(nn.Module):
-    def __init__(self, S: int, D: int):
-        super().__init__()
-        self.fc, self.proj = Linear(S, D, 4 * D), Linear(S, 4 * D, D)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(F.gelu(self.fc(x)))
-
-
-class Layer(nn.Module):
-    def __init__(self, S: int, D: int, n_head: int):
-        super().__init__()
-        self.ln1, self.attn = LayerNorm(S, D), CausalSelfAttention(S, D, n_head)
-        self.ln2, self.mlp = LayerNorm(S, D), MLP(S, D)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class StackedLoopedTransformer(nn.Module):
-    """S looped transformers (model.py) as one: the same registration order, so the same state_dict keys
-    and parameters() order as each of them, with a leading S axis."""
-
-    def __init__(self, models: list[LoopedTransformer]):
-        super().__init__()
-        cfg = self.cfg = models[0].cfg
-        S, D = len(models), cfg.d_model
-        self.embed_tokens = Embedding(S, cfg.vocab_size, D)
-        self.blocks = nn.ModuleList([nn.Sequential(*[Layer(S, D, cfg.n_head) for _ in range(cfg.n_layer)])])
-        self.ln_f = LayerNorm(S, D)
-        self.head = Linear(S, D, cfg.vocab_size, bias=False)
-        p = next(models[0].parameters())
-        self.to(device=p.device, dtype=p.dtype)
-        self.load_state_dict(stack_states([m.state_dict() for m in models]))
-
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """H_0 = E(x). idx (S, B, P) -> (S, B, P, D)."""
-        return self.embed_tokens(idx)
-
-    def step(self, h: torch.Tensor, h0: torch.Tensor, t: int) -> torch.Tensor:
-        """H_t = Block(H_{t-1} + H_0). (S, B, P, D) -> (S, B, P, D)."""
-        return self.blocks[0](h + h0 if self.cfg.inject else h)
-
-    def readout(self, h: torch.Tensor) -> torch.Tensor:
-        """logits_t = head(LN_f(H_t)). (S, ..., D) -> (S, ..., V)."""
-        return self.head(self.ln_f(h))
+def StackedLoopedTransformer(models: list[LoopedTransformer]) -> LoopedTransformer:
+    """S looped transformers (model.py) as one: a copy of model.py's own LoopedTransformer in which every leaf
+    (nn.Linear, nn.LayerNorm, nn.Embedding) is replaced by its seed-axis twin, so the architecture (attention,
+    MLP, layer, block, embed / step / readout) is model.py's code, run on (S, B, P, ...) tensors. The same
+    state_dict keys and parameters() order as each model, every tensor with a leading S axis."""
+    stacked = copy.deepcopy(models[0])
+    for name, leaf in list(stacked.named_modules()):
+        if type(leaf) in TWINS:
+            parent, _, attr = name.rpartition(".")
+            setattr(stacked.get_submodule(parent), attr, TWINS[type(leaf)](len(models), leaf))
+        elif not list(leaf.children()) and list(leaf.parameters(recurse=False)):
+            raise ValueError(f"stack.py has no seed-axis twin for {type(leaf).__name__} ({name})")
+    p = next(models[0].parameters())
+    stacked.to(device=p.device, dtype=p.dtype)
+    stacked.load_state_dict(stack_states([m.state_dict() for m in models]))
+    return stacked
 
 
 def trajectory(model: StackedLoopedTransformer, x: torch.Tensor, K: int):
@@ -268,27 +237,21 @@ class StackedSchedule(nn.Module):
         if self.name in SINGLE:
             K = self.T_max if draw_host is None else int(draw_host.max())
             active = draw_host if self.first.active_set and draw_host is not None else None
-            # l(theta; x, y, tau) = CE(yhat_tau(x), y)
-            loss = per_sample_ce(logits_at(model, x, draw, active, K), y).mean(1)
+            # halting.Schedule.loss: l(theta; x, y, tau) = CE(yhat_tau(x), y), averaged over samples
+            loss = batch_mean(per_sample_ce(logits_at(model, x, draw, active, K), y), y)
             tau = draw.float()
             evals = tau.mean(1) if self.first.active_set else tau.amax(1)  # what the unstacked run counts
             return loss, torch.stack([loss.detach(), evals, tau.mean(1)], 1)
         if self.name == "multidepth":
-            w = self.first.w
-            lo, hi = (Tn - w).clamp(1, self.T_max), (Tn + w).clamp(1, self.T_max)  # (S, B): S_w(x) = lo..hi
-            K = self.T_max if draw_host is None else int((draw_host + w).clamp(1, self.T_max).max())
+            lo, hi = self.first.window(Tn)  # (S, B): S_w(x) = lo..hi
+            K = self.T_max if draw_host is None else int(self.first.window(draw_host)[1].max())
             l = per_sample_ce(trajectory(model, x, K)[0], y.unsqueeze(1))  # (S, K, B)
-            k = torch.arange(1, K + 1, device=x.device).view(1, K, 1)
-            in_S = ((k >= lo.unsqueeze(1)) & (k <= hi.unsqueeze(1))).to(l.dtype)  # (S, K, B)
-            # L = (1/|S_w(x)|) sum_{k in S_w(x)} l_k
-            loss = ((in_S * l).sum(1) / in_S.sum(1)).mean(1)
+            loss = self.first.objective(l, lo, hi)  # halting.MultiDepth: the mean of l_k over S_w(x)
             return loss, torch.stack([loss.detach(), hi.amax(1).float(), ((lo + hi) / 2).float().mean(1)], 1)
         logits, hidden = trajectory(model, x, self.T_max)  # (S, T_max, B, P, V), (S, T_max+1, B, P, D)
         if self.name == "fixed_prior":
-            pi = self.first.pi
-            # L = sum_t pi_t l_t
-            loss = (pi.view(1, -1, 1) * per_sample_ce(logits, y.unsqueeze(1))).sum(1).mean(1)
-            depth = (pi * arange).sum().expand(S)  # E_pi[t]
+            loss = self.first.objective(per_sample_ce(logits, y.unsqueeze(1)))  # halting.FixedPrior: sum_t pi_t l_t
+            depth = (self.first.pi * arange).sum().expand(S)  # E_pi[t]
             return loss, torch.stack([loss.detach(), torch.full_like(depth, self.T_max), depth], 1)
         pad = self.first.pad_id  # real tokens: what the head pools over (halting.HaltingHead.real, on (S, B, P))
         mask = x != pad if pad is not None else torch.ones_like(x, dtype=torch.bool)
@@ -297,16 +260,12 @@ class StackedSchedule(nn.Module):
         if self.name == "ponder":
             log_q = log_stop_distribution(a)  # (S, B, T_max)
             l = per_sample_ce(logits, y.unsqueeze(1)).transpose(1, 2)  # (S, B, T_max)
-            # L = sum_t q_t l_t + beta KL(q || p_G)
-            task = (log_q.exp() * l).sum(2).mean(1)
-            kl = self.first.beta * kl_divergence(log_q, self.first.log_prior).mean(1)
+            task, kl = self.first.objective(log_q, l)  # halting.PonderNet: sum_t q_t l_t + beta KL(q || p_G)
             depth = (log_q.exp() * arange).sum(2).mean(1)  # E_q[t]
             return task + kl, torch.stack([task.detach(), kl.detach(), full, depth.detach()], 1)
         if self.name == "act":
             N, R, p = (v.view(S, B, *v.shape[1:]) for v in act_weights(torch.sigmoid(a).flatten(0, 1), self.first.eps))
-            # yhat = sum_t p_t logits_t;  L = CE(yhat, y) + tau_act * (N + R)
-            task = per_sample_ce(torch.einsum("sbk,skbtv->sbtv", p, logits), y).mean(1)
-            cost = self.first.tau_act * (N + R).mean(1)
+            task, cost = self.first.objective(p, N, R, logits, y)  # halting.ACT: CE(sum_t p_t logits_t) + tau_act (N + R)
             depth = (p * arange).sum(2).mean(1)
             return task + cost, torch.stack([task.detach(), cost.detach(), full, depth.detach(),
                                              (N + R).float().mean(1).detach()], 1)
@@ -314,14 +273,9 @@ class StackedSchedule(nn.Module):
         tau = sample_stop(a.detach().flatten(0, 1), draw.flatten()).view(S, B)  # (S, B)
         rows, cols = torch.arange(S, device=x.device).unsqueeze(1), torch.arange(B, device=x.device)
         ce = per_sample_ce(logits[rows, tau - 1, cols], y)  # (S, B)
-        log_pi = log_stop_distribution(a)  # (S, B, T_max)
-        # R = -l(theta; x, y, tau);  L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x))
-        R = -ce.detach()
-        log_pi_tau = log_pi.gather(2, (tau - 1).unsqueeze(2)).squeeze(2)
-        halt = (-((R - self.baseline.unsqueeze(1)).detach() * log_pi_tau).mean(1)
-                - self.first.lambda_ent * entropy(log_pi).mean(1))
-        with torch.no_grad():  # b <- 0.9 b + 0.1 mean(R), per seed
-            self.baseline.mul_(0.9).add_(0.1 * R.mean(1))
+        R = -ce.detach()  # R = -l(theta; x, y, tau)
+        halt = self.first.halt_loss(log_stop_distribution(a), tau, R, self.baseline)  # halting.RLHalting's L_halt
+        self.first.update_baseline(self.baseline, R)  # b <- 0.9 b + 0.1 mean(R), per seed
         n_grad = tau.float().mean(1)  # the active-set path's counts: tau steps with gradient, then up to T_max-1 without
         n_nograd = (self.T_max - 1 - tau).clamp(min=0).float().mean(1) if self.first.active_set else torch.zeros_like(n_grad)
         if not self.first.active_set:
