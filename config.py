@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-import ntp
-from lab.cli import opt
 from halting import SCHEDULES, make_schedule, settings
 from model import LoopedTransformer, ModelConfig
+import ntp
 from tasks import PAD, TASKS, get_task, task_kwargs
+from lab.cli import opt
 
 @dataclass
 class Config:

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import torch
 
 import readouts
+from metrics import evaluate, format_run  # noqa: F401  (evaluate: `import evaluate; evaluate.evaluate(...)` as before)
+from tasks import PAD, eval_set
 from lab import plots, rundir, tables
 from lab.cli import atomic_write, opt, parse, run, write_json
 from lab.records import find_runs, load_eval, load_run
-from metrics import evaluate, format_run  # noqa: F401  (evaluate: `import evaluate; evaluate.evaluate(...)` as before)
-from tasks import PAD, eval_set
 
 
 # --- command line ---------------------------------------------------------------------------------

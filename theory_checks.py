@@ -36,10 +36,10 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn as nn
 
-from lab.cli import opt, parse, run, write_json
 from halting import log_stop_distribution, make_schedule, per_sample_ce, reinforce_loss, sample_stop
 from model import LoopedTransformer, ModelConfig
 from tasks import IGNORE, PAD, TASKS, get_task, make_batch, task_kwargs, train_batch
+from lab.cli import opt, parse, run, write_json
 
 MIN_RL_SAMPLES = 100  # check 3's fewest sampled tau per setting
 RTOL, ATOL = 1e-6, 1e-12  # floating-point tolerance of "lhs <= rhs" (all sums in float64)

@@ -21,11 +21,11 @@ import time
 
 import torch
 
+from config import Config, RECIPES, build, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
 import metrics
-from config import RECIPES, Config, build, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
+from tasks import curriculum_n_max, eval_set, train_batch
 from lab import records, rundir, runs
 from lab.cli import parse, run, write_json
-from tasks import curriculum_n_max, eval_set, train_batch
 
 
 def parse_args(argv=None) -> Config:

@@ -36,13 +36,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-import metrics
-from lab import records
-from lab import rundir
-from lab import stack
-from lab.cli import interrupted, log_line
 from config import build, lr_at, seeds_of, stream, trained_depth
+import metrics
 from tasks import IGNORE, PAD, curriculum_n_max, eval_set, train_batch
+from lab import records, rundir, stack
+from lab.cli import interrupted, log_line
 
 
 def pad_length(task, cfg) -> int:

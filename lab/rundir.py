@@ -25,11 +25,11 @@ import subprocess
 
 import torch
 
+import metrics
 import ntp
+from tasks import get_task, task_kwargs
 from lab import stack
 from lab.cli import atomic_write, write_json
-from tasks import get_task, task_kwargs
-import metrics
 
 RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
 OWN_FILES = RUN_FILES + ("summary.json",)  # every file the project writes into a run or sweep folder

@@ -22,13 +22,13 @@ import math
 import os
 import statistics
 
-import ntp
-from lab import stats
-from lab.cli import fmt
 from config import Config
 from halting import SCHEDULES, settings
-from tasks import TASKS
 import metrics
+import ntp
+from tasks import TASKS
+from lab import stats
+from lab.cli import fmt
 
 # --perturb replicates of one seed are runs of the same experiment: a row holds them all (replicate())
 REPLICATE = ("perturb", "perturb_seed")

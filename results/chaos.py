@@ -69,10 +69,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):  # run as `python results/chaos.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from lab import records  # noqa: E402
-from lab import rundir  # noqa: E402
-from lab import stats  # noqa: E402
-from lab import tables  # noqa: E402
+from lab import records, rundir, stats, tables  # noqa: E402
 from lab.cli import write_json  # noqa: E402
 
 CHAOS = os.path.join(ROOT, "results", "chaos")

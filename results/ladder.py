@@ -60,10 +60,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):  # run as `python results/ladder.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from lab import stats  # noqa: E402
-from results import study  # noqa: E402
-from lab import tables  # noqa: E402
+from lab import stats, tables  # noqa: E402
 from lab.cli import no_arguments  # noqa: E402
+from results import study  # noqa: E402
 
 LADDER = os.path.join(ROOT, "results", "ladder")
 SEEDS = 8  # declared seeds a row

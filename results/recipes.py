@@ -17,8 +17,7 @@ if __package__ in (None, ""):  # run as `python results/recipes.py`: the reposit
 
 import config  # noqa: E402
 import metrics  # noqa: E402
-from lab import records  # noqa: E402
-from lab import tables  # noqa: E402
+from lab import records, tables  # noqa: E402
 from lab.cli import no_arguments  # noqa: E402
 
 

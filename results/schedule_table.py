@@ -14,11 +14,10 @@ import torch
 if __package__ in (None, ""):  # run as `python results/schedule_table.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import config  # noqa: E402
-from lab import rundir  # noqa: E402
-
-import train  # noqa: E402
-from lab.cli import opt, parse, run, write_json  # noqa: E402
 from halting import SCHEDULES  # noqa: E402
+import train  # noqa: E402
+from lab import rundir  # noqa: E402
+from lab.cli import opt, parse, run, write_json  # noqa: E402
 
 
 @dataclass

@@ -35,14 +35,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):  # run as `python results/study.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import metrics  # noqa: E402
-from lab import records  # noqa: E402
-from lab import stats  # noqa: E402
-from lab import tables  # noqa: E402
-from lab.cli import no_arguments  # noqa: E402
 from config import Config  # noqa: E402
-
+import metrics  # noqa: E402
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
+from lab import records, stats, tables  # noqa: E402
+from lab.cli import no_arguments  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")
 ROUND2 = os.path.join(ROOT, "results", "round2")  # part C: the main rows again at the ladder's rung (round_two)

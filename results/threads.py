@@ -14,9 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):  # run as `python results/threads.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from results import study  # noqa: E402
 from lab import tables  # noqa: E402
 from lab.cli import no_arguments  # noqa: E402
+from results import study  # noqa: E402
 
 DIR = os.path.join(ROOT, "results", "threads")
 

@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 import config
+from halting import IGNORE, entropy, log_stop_distribution, make_schedule, per_sample_ce, unroll
 import metrics
-from lab import records
 import readouts
 import train
-from halting import IGNORE, entropy, log_stop_distribution, make_schedule, per_sample_ce, unroll
+from lab import records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--task", "copy", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8",

@@ -11,10 +11,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import bench
-from lab import cli
 import config
 from model import LoopedTransformer, ModelConfig
 from tasks import eval_set
+from lab import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--quick", "--d_model", "16", "--n_head", "2", "--n_layer", "2", "--batch_size", "6", "--n_max", "6",

@@ -14,11 +14,11 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 import config
+from halting import SCHEDULES
 import metrics
 import readouts
-import train
-from halting import SCHEDULES
 from tasks import PAD, eval_set, train_batch
+import train
 
 
 class DeviceMismatch(RuntimeError):

@@ -14,9 +14,8 @@ import torch
 import config
 import evaluate
 import metrics
-from lab import records
-from lab import tables
 from tasks import eval_set, get_task
+from lab import records, tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTHS, N_MAX = [10, 20, 30, 40], 19

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import config
-from lab import tables
 import train
+from lab import tables
 from lab.cli import run
 
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",

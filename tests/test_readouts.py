@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-import readouts
 from model import LoopedTransformer, ModelConfig
+import readouts
 
 SURE0, SURE1 = [10.0, 0.0, 0.0], [0.0, 10.0, 0.0]  # p(top) ~ 0.9999
 UNSURE = [0.0, 0.0, 1.0]  # argmax 2, p(top) = e / (e + 2) ~ 0.576

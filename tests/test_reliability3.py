@@ -14,10 +14,9 @@ import pytest
 import torch
 
 import evaluate
-from lab import records
-from lab import rundir
 import theory_checks
 import train
+from lab import records, rundir
 from lab.cli import run
 
 from test_bad_inputs import ROOT, TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)

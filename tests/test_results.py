@@ -4,9 +4,7 @@ import os
 import pytest
 
 import config
-from lab import records
-from lab import stats
-
+from lab import records, stats
 from results import recipes
 
 

@@ -4,8 +4,8 @@ schedule; --init_seed and --data_seed vary one source of randomness with the oth
 import torch
 
 import config
-import train
 from halting import SCHEDULES
+import train
 
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
         "--n_max", "6", "--c", "6"]

@@ -11,11 +11,10 @@ import sys
 import pytest
 import torch
 
-from lab import chunks
 import config
-from lab import stack
-import train
 from tasks import train_batch
+import train
+from lab import chunks, stack
 
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
         "--n_max", "6", "--c", "6", "--w", "2", "--r_bar", "3",

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import config
-import metrics
-from lab import tables
-import train
 from halting import make_schedule
+import metrics
 from model import LoopedTransformer, ModelConfig
 from tasks import IGNORE, eval_set, get_task
+import train
+from lab import tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--eval_samples", "8",

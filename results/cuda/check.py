@@ -21,11 +21,11 @@ if __package__ in (None, ""):  # run as `python results/cuda/check.py`: the repo
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
-import metrics  # noqa: E402
-from lab import rundir  # noqa: E402
 import config  # noqa: E402
-import train  # noqa: E402
+import metrics  # noqa: E402
 from tasks import eval_set, train_batch  # noqa: E402
+import train  # noqa: E402
+from lab import rundir  # noqa: E402
 
 DEV = "cuda"  # --device cpu: a smoke run of this script without a GPU
 

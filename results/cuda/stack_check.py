@@ -36,9 +36,9 @@ if __package__ in (None, ""):  # run as `python results/cuda/stack_check.py`: th
 import torch  # noqa: E402
 
 import bench  # noqa: E402
-from lab import chunks  # noqa: E402
 import config  # noqa: E402
 import train  # noqa: E402
+from lab import chunks  # noqa: E402
 
 # --smoke: the paper preset shrunk to seconds on a CPU
 SMOKE = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "4", "--n_max", "4", "--T_max", "5",
