@@ -357,3 +357,13 @@ def test_a_lane_runs_its_own_share_first_then_helps_and_skips_locked_runs(tmp_pa
                        cwd=tmp_path, env=env, text=True, check=True, capture_output=True)
     # lane 1 of 2 owns lines 1 and 3; it runs 1, skips 3 (locked), then helps with 0 and 4 (2 is finished)
     assert (tmp_path / "ran.txt").read_text().split() == [runs[1], runs[0], runs[4]]
+
+
+def test_the_exclusions_section_is_what_its_json_says():
+    # results/README.md's "What the data already say" is regenerated from results/exclusions.json
+    import json
+    from results import exclusions
+    out = json.load(open(exclusions.OUT))
+    text = open(exclusions.README).read().split("<!-- exclusions:begin -->\n", 1)[1].split("<!-- exclusions:end -->", 1)[0]
+    assert text.rstrip("\n").split("\n") == exclusions.lines(out)
+    assert out["spreads"]["dyck"]["excluded"] and out["spreads"]["copy"]["excluded"]  # the paper's rl ratio lies below each interval
