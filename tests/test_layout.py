@@ -1,0 +1,61 @@
+"""The layout is the lesson: the root holds the concept files and the commands, the machinery lives in lab/,
+imports run one way (no circle), and the copy-alone files import nothing from the project."""
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COPY_ALONE = {"model", "halting", "tasks", "readouts", "ntp"}
+CONCEPT = COPY_ALONE | {"metrics", "config"}
+COMMANDS = {"train", "evaluate", "theory_checks", "bench"}
+# the floors, bottom first: a module may import only from its own floor's predecessors (and lab/cli's helper opt
+# is below config, which defines the settings every lab file reads)
+FLOORS = [COPY_ALONE, {"metrics"}, {"lab.cli"}, {"config"},
+          {"lab.stats", "lab.plots", "lab.stack"}, {"lab.rundir", "lab.tables"}, {"lab.records"}, {"lab.chunks"},
+          {"lab.runs"}, COMMANDS - {"bench"}, {"bench"}]
+
+
+def modules() -> dict:
+    """{module: path} of every project module outside tests/ and results/."""
+    out = {f[:-3]: os.path.join(ROOT, f) for f in os.listdir(ROOT) if f.endswith(".py")}
+    out.update({f"lab.{f[:-3]}": os.path.join(ROOT, "lab", f) for f in os.listdir(os.path.join(ROOT, "lab"))
+                if f.endswith(".py") and f != "__init__.py"})
+    return out
+
+
+def imports(path: str, top_level: bool = True) -> set:
+    """The project modules a file imports (at the top of the file, or anywhere)."""
+    tree = ast.parse(open(path).read())
+    nodes = tree.body if top_level else list(ast.walk(tree))
+    mods = modules()
+    out = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in mods}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "lab":
+                out |= {f"lab.{a.name}" for a in node.names}
+            elif node.module in mods:
+                out.add(node.module)
+    return out
+
+
+def test_the_root_holds_concepts_and_commands_only():
+    root = {m for m in modules() if "." not in m}
+    assert root == CONCEPT | COMMANDS, f"unexpected root files: {sorted(root - CONCEPT - COMMANDS)}"
+
+
+def test_imports_run_one_way():
+    floor = {m: i for i, ms in enumerate(FLOORS) for m in ms}
+    assert set(floor) == set(modules()), sorted(set(modules()) ^ set(floor))
+    for m, path in modules().items():
+        for dep in imports(path):
+            assert floor[dep] < floor[m], f"{m} (floor {floor[m]}) imports {dep} (floor {floor[dep]}): it runs back up"
+
+
+def test_the_copy_alone_files_import_no_project_file_at_their_top():
+    for m in COPY_ALONE:
+        assert imports(modules()[m]) == set(), m
+    # the imports inside a function: ntp.build's model.py and its demo's tasks.py, so that ntp's schedules copy alone
+    inner = {m: imports(p, top_level=False) - imports(p) for m, p in modules().items()}
+    assert {m: d for m, d in inner.items() if d} == {"ntp": {"model", "tasks"}}
