@@ -22,8 +22,8 @@ Notation (the papers' symbols):
     r_t      hazard of a halting head: the probability of stopping at step t, having reached it
     pi       stop distribution pi(t) = r_t prod_{i<t} (1 - r_i), the remaining mass on the last step
 
-Shapes: B batch, P sequence positions (tokens), D model width, K loop steps, V vocabulary. Depths (K, T(n),
-T_max, T_test, tau) are loop steps, never positions.
+Shapes: B batch, P sequence positions (tokens), D the width of the loop's state h (model.py: d_model), K loop
+steps, V vocabulary. Depths (K, T(n), T_max, T_test, tau) are loop steps, never positions.
 
 Single-depth schedules supervise one depth per sample and pay only for the steps they need: those of DEPTH_FIRST
 draw it before the forward pass, rl samples it during the loop. Weighted ones (multidepth, fixed_prior, ponder,
@@ -38,7 +38,8 @@ Your looped model provides three methods (model.py's LoopedTransformer has them)
                                      through a linear read-in, ...); h0 is injected into every step. D is the
                                      width of the loop's state h, the d_model= a learned schedule is built with
     step(h, h0, t) -> H_t (B, P, D)  one loop step, t = 1, 2, ... (1-based; a step may ignore it). The optimised
-                                     paths call it on a subset of the batch's rows (h and h0 sliced alike)
+                                     paths call it on a subset of the batch's rows (h and h0 sliced alike),
+                                     never on 0 rows
     readout(h) -> logits (B, P, V)
 
 and optionally init_state(h0) -> H_0, the state before step 1 (default: h0 itself, so step 1 receives h0
@@ -50,9 +51,10 @@ twice; a loop that starts from zeros returns torch.zeros_like(h0)), and forward_
     loss, stats = schedule.loss(model, x, y, Tn, gen)         # add mask= when x is not token ids
     K = schedule.policy(Tn, T_test, hidden=unroll(model, x, T_test)[1], mask=mask)  # test depth (B,)
 
-    y       (B, P) integer targets on x's device, IGNORE (-100) wherever a position is not scored: fold
-            your answer mask into y
-    Tn      (B,) int32 or int64 tensor on x's device, T(n) per sample (a (B, 1), float, uint8 or numpy Tn is refused)
+    y       (B, P) int64 targets on x's device, each in 0..V-1 or IGNORE (-100) wherever a position is not
+            scored (never -1): fold your answer mask into y
+    Tn      (B,) int32 or int64 tensor on x's device, T(n) per sample (a (B, 1), float, bool, uint8, int8, int16
+            or numpy Tn is refused)
     gen     a torch.Generator: the stream of depth draws (required; there is no global-RNG fallback)
     mask    (B, P) bool, True at real tokens, what a halting head pools over. Default: x != pad_id, which
             needs token ids (pad_id=None: every position is real); pass it for any other input
@@ -60,9 +62,11 @@ twice; a loop that starts from zeros returns torch.zeros_like(h0)), and forward_
             (Tn may then be None)
 
 Every schedule's loss and policy check these arguments on entry (the checks at the end of the file): a wrong
-one raises ValueError naming it, its shape, dtype and what is expected. stats (a dict of floats): "loss" (the
-task loss, without any halting term), "block_evals" (block applications per sample), "depth" (the mean
-supervised depth).
+one raises ValueError naming it, its shape, dtype and what is expected; y's values too (no negative target but
+IGNORE). The schedule's weights (a halting head, fixed_prior's pi) must be on x's device, and a halting head,
+built for states of width d_model=D, takes the dtype of the model's state h (schedule.to(device, dtype)): a
+mismatch raises ValueError naming both. stats (a dict of floats): "loss" (the task loss, without any halting
+term), "block_evals" (block applications per sample), "depth" (the mean supervised depth).
 """
 
 import inspect
@@ -151,7 +155,7 @@ class Schedule(nn.Module):
         raise NotImplementedError
 
     def loss(self, model, x, y, Tn, gen, mask=None):
-        check_batch(x, y, Tn, gen, mask)
+        check_batch(self, x, y, Tn, gen, mask)
         tau = self.train_depth(Tn, gen).to(x.device)  # (B,)
         # l(theta; x, y, tau) = CE(yhat_tau(x), y), averaged over samples (or over tokens: batch_mean)
         loss = batch_mean(per_sample_ce(self.logits_at(model, x, tau), y), y, self.loss_weight)
@@ -282,7 +286,7 @@ class MultiDepth(Matched):
         self.w = w
 
     def loss(self, model, x, y, Tn, gen, mask=None):
-        check_batch(x, y, Tn, gen, mask)
+        check_batch(self, x, y, Tn, gen, mask)
         # S_w(x) = {clip(T(n) + d, 1, T_max) : d = -w..w} = the integers lo..hi. A set: the depths that
         # clipping piles up at 1 or T_max count once, so every supervised depth has the same weight.
         lo, hi = self.window(Tn)  # (B,)
@@ -326,7 +330,7 @@ class FixedPrior(Schedule):
         self.register_buffer("pi", pi, persistent=False)  # (T_max,)
 
     def loss(self, model, x, y, Tn, gen, mask=None):
-        check_batch(x, y, Tn, gen, mask)
+        check_batch(self, x, y, Tn, gen, mask)
         l = per_sample_ce(unroll(model, x, self.T_max)[0], y)  # (T_max, B)
         loss = self.objective(l)
         depth = (self.pi * torch.arange(1, self.T_max + 1, device=self.pi.device)).sum()  # E_pi[t]
@@ -402,6 +406,7 @@ class HaltingHead(Schedule):
 
     def hazard_logits(self, h: torch.Tensor) -> torch.Tensor:
         """a_t = q_phi(h_t), pooled states h (..., D) -> (...)."""
+        check_head(self.head, h)  # h's width, device and dtype are the head's (the checks at the end)
         return self.head(h.detach() if self.detach_input else h).squeeze(-1)
 
     def trajectory_logits(self, hidden: torch.Tensor, mask: torch.Tensor, K: int) -> torch.Tensor:
@@ -472,7 +477,7 @@ class RLHalting(HaltingHead):
 
     def terms(self, model, x, y, Tn, gen, mask=None):
         """The two parts of the loss, CE(yhat_tau, y) and L_halt, and the stats."""
-        check_batch(x, y, Tn, gen, mask)
+        check_batch(self, x, y, Tn, gen, mask)
         mask = self.real(x, mask)
         u = torch.rand(x.shape[0], generator=gen).to(x.device)  # one uniform per sample: tau ~ pi by inversion
         if not self.active_set:  # the reference: everyone unrolled to T_max with gradient, each sample's tau gathered
@@ -565,7 +570,7 @@ class PonderNet(HaltingHead):
             self.register_buffer("log_prior", truncated_geometric(lambda_p, self.T_max).log(), persistent=False)
 
     def loss(self, model, x, y, Tn, gen, mask=None):
-        check_batch(x, y, Tn, gen, mask)
+        check_batch(self, x, y, Tn, gen, mask)
         logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, P, V), (T_max+1, B, P, D)
         l = per_sample_ce(logits, y).transpose(0, 1)  # (B, T_max)
         log_q = log_stop_distribution(self.trajectory_logits(hidden, self.real(x, mask), self.T_max))  # (B, T_max)
@@ -630,7 +635,7 @@ class ACT(HaltingHead):
         self.tau_act, self.eps = tau_act, act_eps
 
     def loss(self, model, x, y, Tn, gen, mask=None):
-        check_batch(x, y, Tn, gen, mask)
+        check_batch(self, x, y, Tn, gen, mask)
         logits, hidden = unroll(model, x, self.T_max)  # (T_max, B, P, V), (T_max+1, B, P, D)
         halt = torch.sigmoid(self.trajectory_logits(hidden, self.real(x, mask), self.T_max))  # (B, T_max-1)
         N, R, p = act_weights(halt, self.eps)  # (B,), (B,), (B, T_max)
@@ -703,7 +708,7 @@ class TRMHalt(HaltingHead):
         return h[..., torch.arange(mask.shape[0], device=mask.device), last, :]
 
     def loss(self, model, x, y, Tn, gen, mask=None):
-        check_batch(x, y, Tn, gen, mask)
+        check_batch(self, x, y, Tn, gen, mask)
         mask = self.real(x, mask)
         h, h0 = start(model, x)  # (B, P, D)
         live = torch.arange(x.shape[0], device=x.device)  # the samples still supervised
@@ -793,9 +798,13 @@ def truncated_logits_at(model, x: torch.Tensor, depth: torch.Tensor, k: int) -> 
     for t in range(1, d[0] + 1):
         n_run = sum(1 for di in d if di >= t)  # samples that run step t
         n_free = sum(1 for di in d if di - k >= t)  # of those, the ones without gradient at step t
-        with torch.no_grad():
-            free = model.step(h[:n_free], h0[:n_free], t)
-        h = torch.cat([free, model.step(h[n_free:n_run], h0[n_free:n_run], t)])
+        parts = []  # either part may be empty: the model's step never sees 0 rows
+        if n_free:
+            with torch.no_grad():
+                parts.append(model.step(h[:n_free], h0[:n_free], t))
+        if n_run > n_free:
+            parts.append(model.step(h[n_free:n_run], h0[n_free:n_run], t))
+        h = torch.cat(parts)
         for i in range(n_run):
             if d[i] == t:  # sample i stops at step t
                 out[i] = model.readout(h[i:i + 1])
@@ -817,43 +826,88 @@ def describe(v) -> str:
     return "None" if v is None else f"a {type(v).__module__}.{type(v).__qualname__}"
 
 
+# dtypes by name. Tn is int32 or int64 (a uint8 or bool index tensor would be read as a mask, int8/int16 ones
+# are refused by indexing); y is int64, what F.cross_entropy takes (and a type that holds IGNORE)
 KINDS = {"integer": lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool,
-         "bool": lambda d: d == torch.bool}
+         "int32 or int64": lambda d: d in (torch.int32, torch.int64), "int64": lambda d: d == torch.int64,
+         "bool": lambda d: d == torch.bool, "floating": lambda d: d.is_floating_point}
 
 
 def check_tensor(name: str, v, shape: tuple, kind: str, device, expected: str) -> None:
-    """v must be a torch.Tensor of `shape` (None: any size), dtype `kind` (integer, bool) on `device`."""
+    """v must be a torch.Tensor of `shape` (None: any size), dtype `kind` (a key of KINDS) on `device`."""
     ok = (isinstance(v, torch.Tensor) and v.dim() == len(shape) and KINDS[kind](v.dtype)
           and all(s is None or s == n for s, n in zip(shape, v.shape)) and (device is None or v.device == device))
     check(ok, f"{name}: {describe(v)}; expected {expected}")
 
 
-def check_batch(x, y, Tn, gen, mask=None) -> None:
-    """The arguments of a schedule's loss (the contract in the module docstring)."""
+def check_targets(y: torch.Tensor) -> None:
+    """y's values: a class index >= 0 or IGNORE (one pass over y, one sync; a target >= V is F.cross_entropy's to
+    refuse, V being known only at the readout)."""
+    bad = (y < 0) & (y != IGNORE)
+    if bad.any():
+        v = y[bad][0].item()
+        raise ValueError(f"y: {describe(y)} holds the target {v}; expected class indices 0..V-1, and IGNORE "
+                         f"({IGNORE}), not {v}, at unscored positions")
+
+
+def check_weights(schedule: nn.Module, device) -> None:
+    """A schedule's weights and buffers (a halting head, fixed_prior's pi, rl's baseline) are on x's device."""
+    for name, w in [*schedule.named_parameters(), *schedule.named_buffers()]:
+        check(w.device == device, f"schedule.{name}: on {w.device} but x is on {device}: move the schedule with "
+                                  f"schedule.to('{device}')")
+
+
+def autocast_on(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no device type
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+
+
+def check_head(head: nn.Linear, h: torch.Tensor) -> None:
+    """Where the pooled state h (..., D) meets a halting head q_phi (HaltingHead.hazard_logits): h has the head's
+    width d_model, device and dtype (under autocast the head casts the dtype itself)."""
+    w = head.weight  # (1, d_model)
+    check(h.shape[-1] == w.shape[1], f"the halting head takes states of width d_model={w.shape[1]} but the model's "
+                                     f"state h has width D={h.shape[-1]} ({describe(h)}): build the schedule with "
+                                     f"d_model={h.shape[-1]}, the width of the loop's state")
+    ok = h.device == w.device and (h.dtype == w.dtype or autocast_on(h.device.type))
+    check(ok, f"the halting head's weights are {w.dtype} on {w.device} but the model's state h is {h.dtype} on "
+              f"{h.device}: move the schedule with schedule.to('{h.device}', {h.dtype})")
+
+
+def check_batch(schedule, x, y, Tn, gen, mask=None) -> None:
+    """The arguments of a schedule's loss (the contract in the module docstring), and the schedule's device."""
     check(isinstance(x, torch.Tensor) and x.dim() >= 2, f"x: {describe(x)}; expected a tensor (B, P, ...): token "
                                                         f"ids (B, P) or any input the model's embed accepts")
     (B, P), dev = x.shape[:2], x.device
-    check_tensor("y", y, (B, P), "integer", dev, f"(B, P) = ({B}, {P}) integer targets on x's device ({dev}), "
-                                                 f"IGNORE ({IGNORE}) at unscored positions")
-    check_tensor("Tn", Tn, (B,), "integer", dev, f"(B,) = ({B},) integer tensor on x's device ({dev}): T(n) per sample")
+    check_tensor("y", y, (B, P), "int64", dev, f"(B, P) = ({B}, {P}) int64 targets on x's device ({dev}), "
+                                               f"IGNORE ({IGNORE}) at unscored positions")
+    check_targets(y)
+    check_tensor("Tn", Tn, (B,), "int32 or int64", dev,
+                 f"(B,) = ({B},) integer tensor, int32 or int64, on x's device ({dev}): T(n) per sample")
     if mask is not None:
         check_tensor("mask", mask, (B, P), "bool", dev,
                      f"(B, P) = ({B}, {P}) bool on x's device ({dev}), True at real tokens")
     check(isinstance(gen, torch.Generator), f"gen: {describe(gen)}; expected a torch.Generator, the stream of depth "
                                             f"draws (there is no fallback to the global RNG)")
+    check_weights(schedule, dev)
 
 
 def check_policy(Tn, T_test, hidden=None, mask=None, learned: bool = False) -> None:
-    """The arguments of a schedule's policy: Tn (B,) integer; learned schedules read hidden and mask instead."""
+    """The arguments of a schedule's policy: Tn (B,) int32 or int64; learned schedules read hidden and mask instead."""
     check(isinstance(T_test, int) and not isinstance(T_test, bool) and T_test >= 1,
           f"T_test: {T_test!r}; expected an int >= 1")
     if not learned:
-        return check_tensor("Tn", Tn, (None,), "integer", None, "(B,) integer tensor: T(n) per sample")
-    check(isinstance(hidden, torch.Tensor) and hidden.dim() == 4 and hidden.shape[0] >= T_test + 1,
-          f"hidden: {describe(hidden)}; expected (T_test+1, B, P, D) = ({T_test + 1}, B, P, D) states, index 0 the "
-          f"state before step 1 (unroll(model, x, T_test)[1])")
+        return check_tensor("Tn", Tn, (None,), "int32 or int64", None,
+                            "(B,) integer tensor, int32 or int64: T(n) per sample")
+    check(isinstance(hidden, torch.Tensor) and hidden.dim() == 4 and hidden.shape[0] >= T_test + 1
+          and hidden.is_floating_point(),
+          f"hidden: {describe(hidden)}; expected (T_test+1, B, P, D) = ({T_test + 1}, B, P, D) floating-point states, "
+          f"index 0 the state before step 1 (unroll(model, x, T_test)[1])")
     (B, P), dev = hidden.shape[1:3], hidden.device
     check_tensor("mask", mask, (B, P), "bool", dev,
                  f"(B, P) = ({B}, {P}) bool on hidden's device ({dev}), True at real tokens")
     if Tn is not None:
-        check_tensor("Tn", Tn, (B,), "integer", dev, f"(B,) = ({B},) integer tensor on hidden's device ({dev})")
+        check_tensor("Tn", Tn, (B,), "int32 or int64", dev,
+                     f"(B,) = ({B},) integer tensor, int32 or int64, on hidden's device ({dev})")

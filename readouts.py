@@ -11,14 +11,16 @@ To use this with your model (this file imports only torch: copy it alone)
     collect, readout_report   need model(x, K, keep_hidden=True) -> (logits, hidden) as above and a
                      schedule with policy(Tn, T_test, hidden=, mask=) -> (B,) (any halting.py schedule);
                      sets {n: (x, y, n, Tn)} with x token ids padded with pad_id (pad_id=None: any input,
-                     every position real), y (B, P) integer with IGNORE (-100) where unscored, Tn (B,) integer
+                     every position real), y (B, P) int64 in 0..V-1 with IGNORE (-100) where unscored (never
+                     -1), Tn (B,) int32 or int64
     early_exit       needs model.embed / step / readout as in halting.py (step's t is 1-based; an optional
                      init_state(h0) gives the state before step 1, as there); scored and mask (B, P) bool
     time_inference   as early_exit; its "fixed" rule also needs model.forward_depths (leave it out otherwise)
+    time_exits       as time_inference with "fixed" rules: needs model.forward_depths and embed / step / readout
 
 max_conf_batch and max_conf_sample return (B,) long depths in 1..K on self_ce's device; collect returns
 every tensor on the CPU. A wrong argument raises ValueError naming it, its shape and dtype, and what is
-expected.
+expected; a missing method (schedule.policy, model.forward_depths, ...) raises ValueError naming it, on entry.
 
 A readout turns a trajectory into a per-sample *score* s_t (K, B), higher = readier to stop, and exits
 each sample at the first step whose score crosses a threshold (the last step if none does):
@@ -69,6 +71,7 @@ def describe(v) -> str:
 
 
 KINDS = {"integer": lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool,
+         "int32 or int64": lambda d: d in (torch.int32, torch.int64), "int64": lambda d: d == torch.int64,
          "bool": lambda d: d == torch.bool, "float": lambda d: d.is_floating_point, "any": lambda d: True}
 
 
@@ -81,6 +84,17 @@ def expect(name: str, v, dims: str, sizes: tuple, kind: str = "any", device=None
         known = ", ".join(l if s is None else str(s) for l, s in zip(letters, sizes)) + ("," if len(sizes) == 1 else "")
         what = ("" if kind == "any" else kind + " ") + "tensor" + (f" on {device}" if device is not None else "")
         raise ValueError(f"{name}: {describe(v)}; expected {dims} = ({known}) {what}")
+
+
+def expect_methods(name: str, obj, methods: tuple, need: str) -> None:
+    """obj must have every method in `methods`; need: who calls them, and how."""
+    missing = [m for m in methods if not callable(getattr(obj, m, None))]
+    if missing:
+        raise ValueError(f"{name}: {describe(obj)} has no {', '.join(missing)}; {need}")
+
+
+LOOP = ("embed", "step", "readout")  # what early_exit runs: the loop of halting.py's contract
+LOOP_NEED = "early_exit runs the loop itself: model.embed(x), step(h, h0, t), readout(h), as in halting.py"
 
 
 # --- signals: each works on one step (B, P, .) or a whole trajectory (K, B, P, .) -------------------
@@ -210,7 +224,7 @@ def exit_depths(scores: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
 def accuracy_at(correct: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
     """Exact-match accuracy when each sample exits at its depth. correct (K, B) bool, depth (N, B) -> (N,)."""
     expect("correct", correct, "(K, B)", (None, None), "bool")
-    expect("depth", depth, "(N, B)", (None, correct.shape[1]), "integer", correct.device)
+    expect("depth", depth, "(N, B)", (None, correct.shape[1]), "int64", correct.device)
     return correct.float().gather(0, depth - 1).mean(-1)
 
 
@@ -218,7 +232,7 @@ def report(correct: torch.Tensor, depth: torch.Tensor, groups: torch.Tensor) -> 
     """Test accuracy and mean exit depth of one depth per sample, overall and per group (e.g. length n).
     correct (K, B) bool, depth (B,), groups (B,)."""
     expect("correct", correct, "(K, B)", (None, None), "bool")
-    expect("depth", depth, "(B,)", (correct.shape[1],), "integer", correct.device)
+    expect("depth", depth, "(B,)", (correct.shape[1],), "int64", correct.device)
     expect("groups", groups, "(B,)", (correct.shape[1],), "integer")
     ok = correct.float().gather(0, depth.view(1, -1) - 1)[0]  # (B,)
     gs = sorted(set(groups.tolist()))
@@ -438,6 +452,7 @@ def early_exit(model, x: torch.Tensor, scored: torch.Tensor, mask: torch.Tensor,
     B, P = x.shape[:2]
     expect("scored", scored, "(B, P)", (B, P), "bool", x.device)
     expect("mask", mask, "(B, P)", (B, P), "bool", x.device)
+    expect_methods("model", model, LOOP, LOOP_NEED)
     rows = torch.arange(B, device=x.device)  # original index of each active row
     pred_out = torch.empty((B, P), dtype=torch.long, device=x.device)
     depth_out = torch.empty(B, dtype=torch.long, device=x.device)
@@ -479,6 +494,11 @@ def time_inference(model, batches: list, rules: list, T_max: int, repeats: int =
     """Wall time of inference over batches [(x, y, scored, mask)] for rules [(readout, threshold, gate)];
     readout "fixed" runs every sample to depth = threshold and reads out once (model.forward_depths).
     Time = best of `repeats` passes. Returns rows {readout, depth (mean exit), acc, seconds}."""
+    if any(name == "fixed" for name, _, _ in rules):
+        expect_methods("model", model, ("forward_depths",), "time_inference's \"fixed\" rule runs model."
+                       "forward_depths(x, depth (B,)) -> (B, P, V): leave that rule out for a model without one")
+    if any(name != "fixed" for name, _, _ in rules):
+        expect_methods("model", model, LOOP, LOOP_NEED)
     sync = sync or (lambda: None)
     rows = []
     with torch.no_grad():
@@ -531,23 +551,33 @@ def collect(model, schedule, sets: dict, T_test: int, pad_id: int, device: str =
     """One pass to T_test per batch: every readout signal {name: (K, B)}, exact match (K, B), per-step CE
     (K, B) (what a gate is fitted to), the schedule's policy depth (B,), n (B,), T(n) (B,) and, with
     pooled, the states pooled over real tokens (K, B, D)."""
+    expect_methods("schedule", schedule, ("policy",), "collect needs schedule.policy(Tn, T_test, hidden=, mask=) "
+                                                      "-> (B,) (any halting.py schedule)")
+    need = "collect needs model(x, K, keep_hidden=True) -> (logits (K, B, P, V), hidden (K+1, B, P, D))"
+    forward = getattr(model, "forward", model)
+    if not callable(forward):
+        raise ValueError(f"model: {describe(model)} is not callable; {need}")
+    params = inspect.signature(forward).parameters
+    if "keep_hidden" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        raise ValueError(f"model.forward{inspect.signature(forward)} takes no keep_hidden: {need}")
     parts = []
     for n in sorted(sets):
         x, y, ns, Tn = sets[n]
         for i in range(0, len(x), batch_size):
             xb, yb, tb = (t[i:i + batch_size].to(device) for t in (x, y, Tn))
             B, P = xb.shape[:2]
-            expect(f"sets[{n}] y", yb, "(B, P)", (B, P), "integer")
-            expect(f"sets[{n}] Tn", tb, "(B,)", (B,), "integer")
+            expect(f"sets[{n}] y", yb, "(B, P)", (B, P), "int64")
+            expect(f"sets[{n}] Tn", tb, "(B,)", (B,), "int32 or int64")
             mask = real_tokens(xb, pad_id)
-            need = "collect needs model.forward(x, K, keep_hidden=True) -> (logits (K, B, P, V), hidden (K+1, B, P, D))"
-            params = inspect.signature(model.forward).parameters
-            if "keep_hidden" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-                raise ValueError(f"model.forward{inspect.signature(model.forward)} takes no keep_hidden: {need}")
             out = model(xb, T_test, keep_hidden=True)
             if not (isinstance(out, tuple) and len(out) == 2):
                 raise ValueError(f"model(x, {T_test}, keep_hidden=True) returned {describe(out)}: {need}")
             logits, hidden = out  # (K, B, P, V), (K+1, B, P, D)
+            V = logits.shape[-1]
+            bad = (yb != IGNORE) & ((yb < 0) | (yb >= V))
+            if bad.any():
+                raise ValueError(f"sets[{n}] y: holds the target {yb[bad][0].item()}; expected class indices 0..{V - 1} "
+                                 f"(V = {V}, the logits' last dim), and IGNORE ({IGNORE}) at unscored positions")
             scored = yb != IGNORE
             ce = nn.functional.cross_entropy(logits.flatten(0, 2), yb.expand(logits.shape[:-1]).flatten(),
                                              ignore_index=IGNORE, reduction="none").view(logits.shape[:-1])
@@ -605,7 +635,10 @@ def format_readouts(rep: dict) -> str:
 def time_exits(model, rep: dict, fitted: dict, test_sets: dict, T_test: int, pad_id: int, device: str = "cpu",
                batch_size: int = 256) -> list:
     """Wall time on the test split: fixed depth T_test and the val-chosen fixed depth against every online
-    readout at its val-chosen threshold (time_inference)."""
+    readout at its val-chosen threshold (time_inference). Needs model.forward_depths and embed / step / readout."""
+    expect_methods("model", model, ("forward_depths",), "time_exits times fixed depths with "
+                   "model.forward_depths(x, depth (B,)) -> (B, P, V)")
+    expect_methods("model", model, LOOP, LOOP_NEED)
     batches = []
     for x, y, _, _ in test_sets.values():
         for i in range(0, len(x), batch_size):
