@@ -97,8 +97,9 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
     # --- run machinery (lab/): resume, config.json and metrics.jsonl, the log, Ctrl-C ----------------------
     step, elapsed, sums, saved_ema = rundir.restore(start, run_dir, model, schedule, optimizer, gens) if start else (0, 0.0, {}, None)
     ema = EMA(cfg.ema, ema_start_step(cfg), model, schedule, saved_ema)
-    rundir.check_ema(cfg, run_dir, step, ema)
-    if not start:
+    if start:
+        rundir.check_ema(cfg, run_dir, step, ema)  # the checkpoint's EMA weights are this run's
+    else:
         ema.after(0)  # --ema_start 0: the EMA starts from the initial weights
     env, segments = rundir.open_run(cfg, run_dir, step, resumed=bool(start))
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
@@ -108,7 +109,7 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
         return torch.compiler.set_stance("force_eager") if cfg.compile else contextlib.nullcontext()
 
     model.train()
-    with runs.guard(ckpt_path, lambda: log.done):
+    with rundir.forgotten_if_unsaved(run_dir), runs.guard(ckpt_path, lambda: log.done):
         for it in log.steps():
             lr = lr_at(cfg, it)  # warm-up, then cosine decay
             for group in optimizer.param_groups:

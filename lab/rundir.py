@@ -9,10 +9,14 @@ The run directory of train.py: every check made before a file is touched, and wh
                            stops (exit 2); the lock dies with its process, however it dies
     environment()          versions, hardware and git commit, recorded in config.json and eval.json
     log_lines(path, step)  metrics.jsonl up to a checkpoint's step; a torn last line is dropped
+    load_checkpoint, restore, check_ema   ckpt.pt checked before it is used: this run's settings, dtypes, shapes,
+                           optimizer settings, stat sums, RNG states and EMA (one line naming the file)
+    forgotten_if_unsaved   a run stopped by a non-finite loss before its first checkpoint leaves no files behind
 
 A user error raises ValueError with one line (cli.run turns it into exit code 2).
 """
 
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -20,11 +24,14 @@ import math
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 
 import torch
 
+from config import ema_start_step
+from halting import settings
 import metrics
 import ntp
 from tasks import get_task, task_kwargs
@@ -40,6 +47,9 @@ OWN_TEMP = re.compile(r"^(" + "|".join(re.escape(f) for f in OWN_FILES) + r")\.t
 HARMLESS = {"threads", "device", "amp", "compile", "eval_batch_size", "log_interval", "eval_interval",
             "ckpt_interval", "resume", "overwrite", "seeds", "out_dir", "preset", "stack", "static", "tf32"}
 MAX_SEED = 2 ** 32 - 1
+# the loss weights of the schedules: above this, the task loss is swamped and float32 overflows (--tau_act 1e308
+# made the loss inf at step 1); the papers use 1e-3 .. 1
+LOSS_WEIGHTS, MAX_WEIGHT = ("lambda_ent", "beta", "tau_act", "trm_bce"), 1e6
 
 
 def cpu_model() -> str:
@@ -110,6 +120,7 @@ def validate(cfg) -> None:
         (cfg.schedule != "lognormal_poisson" or cfg.r_bar <= cfg.T_max,
          f"--r_bar {cfg.r_bar}: lognormal_poisson's mean depth, also its test depth, must be <= T_max ({cfg.T_max})"),
         (cfg.ema_start >= -1, f"--ema_start {cfg.ema_start}: must be a step >= 0, or -1 for the curriculum's end"),
+        (not cfg.ema or cfg.ema_start < -1 or ema_start_step(cfg) <= cfg.max_iters, ema_too_late(cfg)),
         (cfg.seeds >= 1, f"--seeds {cfg.seeds}: must be >= 1"),
         (0 <= cfg.seed and cfg.seed + cfg.seeds - 1 <= MAX_SEED, f"--seed {cfg.seed}: seeds must lie in 0..{MAX_SEED}"),
         (-1 <= cfg.init_seed <= MAX_SEED, f"--init_seed {cfg.init_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
@@ -149,6 +160,11 @@ def validate(cfg) -> None:
             cfg.stop_schedule()
         except ValueError as err:
             raise ValueError(f"--{err}") from None
+        for k in LOSS_WEIGHTS:  # what the schedule's own checks let through: finite, >= 0
+            v = getattr(cfg, k)
+            if k in settings(cfg.schedule) and not (finite(v) and 0 <= v <= MAX_WEIGHT):
+                raise ValueError(f"--{k} {v}: must be a loss weight in 0..{MAX_WEIGHT:g} (larger ones swamp the task "
+                                 f"loss and overflow float32)")
     for n in ns + [cfg.n_min, cfg.n_max]:
         task.check_length(n)
     device = pick_device(cfg.device)
@@ -156,34 +172,85 @@ def validate(cfg) -> None:
         device == "mps" and torch.backends.mps.is_available())
     if not ok:
         raise ValueError(f"--device {cfg.device}: not available here; use auto or cpu" + (", cuda" if torch.cuda.is_available() else ""))
+    if cfg.compile and device == "cpu" and cxx_compiler() is None:
+        raise ValueError(f"--compile: torch.compile on the CPU needs a working C++ compiler (torch._inductor tries "
+                         f"{', '.join(inductor_compilers()) or 'none'}; set CXX to another), and none works here; "
+                         f"install one or drop --compile")
     check_memory(cfg, task, max(ns + [cfg.n_max]), device, len(ns))
+
+
+def ema_too_late(cfg) -> str:
+    """The line refusing an EMA that would start after the last step (and so average nothing)."""
+    start = ema_start_step(cfg)
+    why = (f"--ema_start {cfg.ema_start}" if cfg.ema_start >= 0 else
+           f"--ema_start -1: the curriculum's end, (n_max - curriculum_start) * curriculum_every = "
+           f"({cfg.n_max} - {cfg.curriculum_start}) * {cfg.curriculum_every}")
+    return (f"--ema {cfg.ema}: the EMA would start after step {start} ({why}), past the last step (--max_iters "
+            f"{cfg.max_iters}), and never average anything; set --ema_start in 0..{cfg.max_iters} or train longer")
+
+
+def inductor_compilers() -> list[str]:
+    """The C++ compilers torch._inductor tries on the CPU, in order (its config.cpp.cxx: $CXX or g++; None is a
+    conda download, only with TORCH_INDUCTOR_INSTALL_GXX)."""
+    try:
+        from torch._inductor import config as inductor
+        cxx = inductor.cpp.cxx
+    except Exception:  # no inductor at all: torch.compile cannot build CPU kernels
+        return []
+    return [c for c in (cxx if isinstance(cxx, (list, tuple)) else (cxx,)) if c]
+
+
+def cxx_compiler():
+    """The C++ compiler torch.compile would use on the CPU, if one answers `--version` (torch._inductor's own
+    test), else None."""
+    if os.getenv("TORCH_INDUCTOR_INSTALL_GXX"):  # torch._inductor downloads g++ from conda-forge if it must
+        return "g++ from conda-forge (TORCH_INDUCTOR_INSTALL_GXX)"
+    for cxx in inductor_compilers():
+        path = shutil.which(cxx)
+        if path is None:
+            continue
+        try:
+            subprocess.run([path, "--version"], capture_output=True, timeout=30, check=True)
+            return path
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return None
+
+
+def total_memory(device: str) -> int:
+    """Bytes of memory on `device`: the GPU's, or the host's for the CPU (and for what the host holds)."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_memory(cfg, task, n_longest: int, device: str, n_lengths: int = 1) -> None:
     """Refuse settings whose step cannot fit in memory, before training. A rough upper estimate, 4 bytes a
     float: training keeps ~20 D-sized activations and the attention scores per token, layer and step with
-    gradient (at most bptt_k steps; c for the NTP baselines) on sequences up to n_max; evaluation keeps the
-    trajectory's hidden states and logits of the longest test sequence."""
+    gradient (at most bptt_k steps; c for the NTP baselines) on sequences up to n_max, for each of the
+    min(stack, seeds) seeds a --stack step trains at once; evaluation keeps the trajectory's hidden states and
+    logits of the longest test sequence, in batches of at most eval_batch_size samples of one length (the final
+    evaluation's eval_samples, the in-distribution check's 64 at lengths up to n_max)."""
     pause = cfg.n_pause if cfg.schedule == "ntp_pause" else 0  # the pause tokens of ntp_pause
     S = len(task.sample(n_longest, torch.Generator().manual_seed(0), test=True)[0]) + pause  # longest sequence
     S_train = max(len(task.sample(cfg.n_max, torch.Generator().manual_seed(0), test=t)[0]) for t in (False, True)) + pause
     steps = cfg.depth_c if cfg.schedule in ntp.SCHEDULES else min(cfg.T_max, cfg.bptt_k or cfg.T_max)
     V, D = len(task.vocab), cfg.d_model
-    train = 4 * cfg.batch_size * S_train * steps * cfg.n_layer * (20 * D + 2 * cfg.n_head * S_train)
-    evaluation = 4 * cfg.eval_batch_size * S * (cfg.T_test * (D + V) + 20 * D + 2 * cfg.n_head * S)
-    if device.startswith("cuda"):
-        have = torch.cuda.get_device_properties(torch.device(device)).total_memory
-    else:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    seeds = min(cfg.stack, cfg.seeds) if cfg.stack else 1  # a stacked step trains this many seeds at once
+    train = 4 * seeds * cfg.batch_size * S_train * steps * cfg.n_layer * (20 * D + 2 * cfg.n_head * S_train)
+    evaluate = lambda B, P: 4 * B * P * (cfg.T_test * (D + V) + 20 * D + 2 * cfg.n_head * P)
+    evaluation = max(evaluate(min(cfg.eval_batch_size, cfg.eval_samples), S), evaluate(min(cfg.eval_batch_size, 64), S_train))
+    have = total_memory(device)
     need = max(train, evaluation)
     if need > 0.8 * have:
         raise ValueError(f"--batch_size {cfg.batch_size} --eval_batch_size {cfg.eval_batch_size} --T_test {cfg.T_test} "
-                         f"(sequences up to {S} tokens): a step needs about {need / 2**30:.3g} GiB, more than this "
+                         + (f"--stack {cfg.stack} ({seeds} seeds a step) " if seeds > 1 else "")
+                         + f"(sequences up to {S} tokens): a step needs about {need / 2**30:.3g} GiB, more than this "
                          f"machine's {have / 2**30:.3g} GiB allow")
     # the final evaluation holds the test and validation sets, ~100 bytes a token as tensors and the Python
     # lists of the shortcut predictors (host memory whatever the device)
     sets = 2 * n_lengths * cfg.eval_samples * S * 100
-    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    host = total_memory("cpu")
     if sets > 0.8 * host:
         raise ValueError(f"--eval_samples {cfg.eval_samples}: the evaluation sets ({n_lengths} lengths x 2 splits, "
                          f"up to {S} tokens a sample) need about {sets / 2**30:.3g} GiB, more than this machine's "
@@ -198,6 +265,16 @@ def read_json(path: str):
             return json.load(f)
     except (OSError, ValueError) as err:
         raise ValueError(f"{path}: unreadable ({err})") from None
+
+
+def saved_settings(path: str, saved) -> dict:
+    """The settings a run file records (config.json itself, eval.json's "config"): one line naming the file if it
+    records none (`{}`, a list, a file cut short), instead of comparing every default with the command."""
+    saved = saved.get("config", saved) if isinstance(saved, dict) else saved
+    if not isinstance(saved, dict) or not all(isinstance(saved.get(k), str) for k in ("task", "schedule")):
+        raise ValueError(f"{path} is empty or damaged (it records no run's settings: task, schedule): remove it, or "
+                         f"replace the run with --overwrite")
+    return saved
 
 
 def differences(saved: dict, cfg) -> list[str]:
@@ -223,13 +300,79 @@ def load_checkpoint(path: str, cfg) -> dict:
         raise ValueError(f"--resume: {path} is not a train.py checkpoint (malformed: rng)")
     if not 0 <= ck["step"] <= cfg.max_iters:
         raise ValueError(f"--resume: {path} is at step {ck['step']}, outside 0..max_iters ({cfg.max_iters})")
+    if not all(isinstance(ck["config"].get(k), str) for k in ("task", "schedule")):
+        raise ValueError(f"--resume: {path} is not a train.py checkpoint (malformed: config, it records no settings)")
     diff = differences(ck["config"], cfg)
     if diff:
         raise ValueError(f"--resume: {path} belongs to another run: " + ", ".join(diff))
+    if bad := malformed(ck, cfg):
+        raise ValueError(f"--resume: {path} is damaged or not this run's checkpoint ({bad})")
+    if bad := ema_problem(cfg, ck["step"], ck.get("ema")):
+        raise ValueError(f"--resume: {path} {bad}")
     if bad := non_finite(ck):
         raise ValueError(f"--resume: {path} holds non-finite values ({bad}): nothing good to continue from; "
                          f"start again with --overwrite")
     return ck
+
+
+def malformed(ck: dict, cfg):
+    """What in a checkpoint (config already checked) train.py could not have written, in words; None if nothing.
+    train.py trains in float32 (autocast keeps float32 weights), so every tensor of the weights, the EMA and the
+    optimizer's moments is float32: another dtype would be cast silently on loading. The optimizer's settings
+    must be this run's (betas, weight decay: a resume takes them from the checkpoint); the stat sums are numbers;
+    the RNG states are generator states."""
+    parts = {"model": ck["model"], "schedule": ck["schedule"]}
+    ema = ck.get("ema")
+    if ema is not None:
+        if not (isinstance(ema, dict) and set(ema) == {"model", "schedule"} and all(isinstance(v, dict) for v in ema.values())):
+            return "malformed: ema, not {model: {...}, schedule: {...}}"
+        parts.update({f"ema {k}": v for k, v in ema.items()})
+    opt = ck["optimizer"]
+    if not (isinstance(opt.get("state"), dict) and isinstance(opt.get("param_groups"), list)
+            and len(opt["param_groups"]) == 1 and isinstance(opt["param_groups"][0], dict)
+            and all(isinstance(st, dict) for st in opt["state"].values())):
+        return "malformed: optimizer, not one AdamW parameter group and its state"
+    parts["optimizer state"] = {f"{i} {k}": v for i, st in opt["state"].items() for k, v in st.items()
+                                if not (k == "step" and isinstance(v, (int, float)))}
+    for part, tensors in parts.items():
+        for k, v in tensors.items():
+            if not isinstance(v, torch.Tensor):
+                return f"{part} {k}: not a tensor ({type(v).__name__})"
+            if v.dtype != torch.float32:
+                return f"{part} {k}: {str(v.dtype).replace('torch.', '')}, where train.py writes float32"
+    group, ref = opt["param_groups"][0], torch.optim.AdamW(
+        [torch.zeros(1)], lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay).param_groups[0]
+    norm = lambda v: tuple(v) if isinstance(v, (list, tuple)) else v
+    for k, want in ref.items():  # a key this torch does not know, or an older torch did not write, is left alone
+        if k not in ("params", "lr") and k in group and norm(group[k]) != norm(want):
+            return f"optimizer {k}={group[k]!r}, where this run has {want!r}"
+    if not (isinstance(group.get("lr"), (int, float)) and not isinstance(group["lr"], bool) and math.isfinite(group["lr"])):
+        return f"optimizer lr={group.get('lr')!r}: not a finite number"
+    sums = ck["acc_stats"]
+    if sums and not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in sums.items()):
+        return f"acc_stats {sums!r}: the stat sums must be numbers"
+    if sums and not (isinstance(sums.get("steps"), (int, float)) and sums["steps"] >= 1):
+        return f"acc_stats {sums!r}: the stat sums need their step count ('steps' >= 1)"
+    for k, v in ck["rng"].items():
+        try:
+            torch.Generator().set_state(v)
+        except (RuntimeError, TypeError, ValueError):
+            return f"rng {k}: not a generator state"
+    return None
+
+
+def ema_problem(cfg, step: int, ema):
+    """Why a checkpoint at `step` with EMA weights `ema` (None: none) cannot continue this run's EMA, in words;
+    None if it can. The EMA is a copy of the weights after step ema_start_step(cfg) (train.EMA), so a checkpoint
+    at that step or later holds it, an earlier one does not, and a run without --ema never does."""
+    if not cfg.ema:
+        return None if ema is None else "holds EMA weights, but its run has no --ema (it would evaluate them)"
+    start = ema_start_step(cfg)
+    if step >= start and ema is None:
+        return f"holds no EMA weights at step {step}, though the EMA starts after step {start} (--ema {cfg.ema})"
+    if step < start and ema is not None:
+        return f"holds EMA weights at step {step}, before the EMA starts (after step {start})"
+    return None
 
 
 def check_out_dir(d: str) -> None:
@@ -265,8 +408,7 @@ def check_folder(cfg, out_dir: str, ours: set) -> None:
         if cfg.overwrite:
             raise ValueError(f"--out_dir {out_dir}: --overwrite would leave {sub} (a run this sweep does not "
                              f"replace) beside the new seeds; remove it or choose another --out_dir")
-        saved = read_json(os.path.join(sub, held[0]))
-        saved = saved.get("config", saved) if isinstance(saved, dict) else {}
+        saved = saved_settings(f"--out_dir {out_dir}: {os.path.join(sub, held[0])}", read_json(os.path.join(sub, held[0])))
         diff = [x for x in differences(saved, cfg) if not x.startswith("seed=")]
         if diff:
             raise ValueError(f"--out_dir {out_dir} holds {sub}, a run of another experiment ({', '.join(diff)}): a "
@@ -300,15 +442,16 @@ def plan(cfg, d: str, single: bool = True):
         return ("overwrite" if held else "fresh"), None
     for f in ("config.json", "eval.json"):  # every file of the run must belong to this experiment
         if f in held:
-            saved = read_json(paths[f])
-            saved = saved.get("config", saved) if isinstance(saved, dict) else {}
+            saved = saved_settings(f"--resume: {paths[f]}", read_json(paths[f]))
             diff = differences(saved, cfg)
             if diff:
                 raise ValueError(f"--resume: {paths[f]} belongs to another run: " + ", ".join(diff))
     if "eval.json" in held:
         return "skip", None
     if "ckpt.pt" in held:
-        return "resume", load_checkpoint(paths["ckpt.pt"], cfg)
+        ck = load_checkpoint(paths["ckpt.pt"], cfg)
+        log_lines(paths["metrics.jsonl"], ck["step"])  # readable, before open_run rewrites anything
+        return "resume", ck
     if held:  # killed before its first checkpoint: nothing to continue from
         return "restart", None
     if single:
@@ -327,11 +470,12 @@ def claim(cfg, run_dir: str, single: bool) -> tuple:
     return action, start
 
 
-SEGMENT = ("threads", "device", "amp", "compile")  # the settings a resume may change, kept per segment
+# the settings a resume may change, kept per segment (stack, static: a stacked chunk rounds differently)
+SEGMENT = ("threads", "device", "amp", "compile", "stack", "static")
 
 
 def segments(cfg_path: str) -> list:
-    """The segments [{step, threads, device, amp, compile, env}] recorded in a run's config.json (a run from
+    """The segments [{step, threads, device, amp, compile, stack, static, env}] recorded in a run's config.json (a run from
     before segments were recorded: one, from its env)."""
     saved = read_json(cfg_path) if os.path.isfile(cfg_path) else {}
     saved = saved if isinstance(saved, dict) else {}
@@ -345,13 +489,17 @@ def log_lines(path: str, step: int) -> list[str]:
     line (a write cut by a crash or a full disk) is dropped; any other unreadable line is an error."""
     if not step or not os.path.exists(path):
         return []
-    with open(path) as f:
-        lines = f.read().split("\n")
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
     while lines and not lines[-1].strip():
         lines.pop()
     kept = []
     for i, line in enumerate(lines):
         try:
+            try:
+                line = line.decode()
+            except UnicodeDecodeError:
+                raise ValueError("not UTF-8 text") from None
             rec = json.loads(line)
             if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
                 raise ValueError("no integer 'step'")
@@ -445,9 +593,9 @@ def open_run(cfg, run_dir: str, step: int, resumed: bool):
     (step, machine settings, environment) appended to the earlier ones (a resume may change them), and
     metrics.jsonl cut back to the checkpoint's step. Returns (env, segments)."""
     env, cfg_path, log_path = environment(), os.path.join(run_dir, "config.json"), os.path.join(run_dir, "metrics.jsonl")
+    kept = log_lines(log_path, step)  # metrics.jsonl holds exactly the lines up to the checkpoint's step: read first
     segs = (segments(cfg_path) if resumed else []) + [{"step": step, **{k: getattr(cfg, k) for k in SEGMENT}, "env": env}]
     write_json(cfg_path, {**dataclasses.asdict(cfg), "env": env, "segments": segs})
-    kept = log_lines(log_path, step)  # metrics.jsonl holds exactly the lines up to the checkpoint's step
     atomic_write(log_path, lambda f: f.write("".join(kept).encode()))
     return env, segs
 
@@ -456,6 +604,31 @@ def restore(start: dict, run_dir: str, model, schedule, optimizer, gens: dict):
     """Continue from the checkpoint `start` (plan/claim loaded and checked it): weights, optimizer, the data and
     depth generators and torch's RNG, exactly where they were. Returns (step, elapsed, acc_stats, ema)."""
     weights = {"model": dict(model.named_parameters()), "schedule": dict(schedule.named_parameters())}
+    where = f"--resume: {run_dir}/ckpt.pt does not fit this run"
+    # load_state_dict casts a tensor of another dtype silently, and the EMA is only read here: each must be
+    # exactly what this run's model and schedule hold
+    expect = {"model": model.state_dict(), "schedule": schedule.state_dict()}
+    if start.get("ema") is not None:
+        expect.update({f"ema {part}": ps for part, ps in weights.items()})
+    for part, want in expect.items():
+        saved = start["ema"][part[4:]] if part.startswith("ema ") else start[part]
+        if set(saved) != set(want):
+            odd = sorted(set(saved) ^ set(want))
+            raise ValueError(f"{where} ({part}: {len(odd)} keys differ, e.g. {odd[0]})")
+        for k, v in want.items():
+            if (saved[k].dtype, saved[k].shape) != (v.dtype, v.shape):
+                raise ValueError(f"{where} ({part} {k}: {str(saved[k].dtype).replace('torch.', '')} "
+                                 f"{tuple(saved[k].shape)}, where this run has {str(v.dtype).replace('torch.', '')} "
+                                 f"{tuple(v.shape)})")
+    params, ids = optimizer.param_groups[0]["params"], start["optimizer"]["param_groups"][0].get("params")
+    ids = dict(zip(ids, params)) if isinstance(ids, list) and len(ids) == len(params) and all(
+        isinstance(i, int) for i in ids) else {}  # the checkpoint's parameter ids, in the optimizer's order
+    for i, st in start["optimizer"]["state"].items():  # the moments of a parameter have its shape
+        p = ids.get(i) if isinstance(i, int) else None
+        bad = [k for k, v in st.items() if k != "step" and (p is None or v.shape != p.shape)]
+        if bad:
+            raise ValueError(f"{where} (optimizer state {i} {bad[0]}: "
+                             + ("no such parameter" if p is None else f"{tuple(st[bad[0]].shape)}, where the parameter is {tuple(p.shape)}") + ")")
     try:
         model.load_state_dict(start["model"])
         schedule.load_state_dict(start["schedule"])
@@ -479,6 +652,23 @@ def save_checkpoint(path: str, ck: dict) -> None:
     atomic_write(path, lambda f: torch.save(ck, f))
 
 
+@contextlib.contextmanager
+def forgotten_if_unsaved(run_dir: str):
+    """Around a run's training loop: a run stopped by a non-finite loss (or weights) before its first checkpoint
+    has nothing to continue from, and its config.json and metrics.jsonl would only block the corrected command
+    (which would need --overwrite): they are removed, and the message says so."""
+    try:
+        yield
+    except FloatingPointError as err:
+        if os.path.exists(os.path.join(run_dir, "ckpt.pt")):
+            raise
+        for f in ("config.json", "metrics.jsonl"):
+            if os.path.isfile(os.path.join(run_dir, f)):
+                os.remove(os.path.join(run_dir, f))
+        raise FloatingPointError(f"{err}; its config.json and metrics.jsonl were removed (nothing to resume): "
+                                 f"run it again with other settings") from None
+
+
 def diverged(log_path: str, V: int):
     """A final training loss above 2 ln V, twice that of guessing uniformly (where training starts), means the
     run diverged: the last and the first logged loss, in words; None otherwise."""
@@ -490,6 +680,8 @@ def diverged(log_path: str, V: int):
 
 
 def check_ema(cfg, run_dir: str, step: int, ema) -> None:
-    """A resumed --ema run past the EMA's start must have brought its EMA weights along."""
-    if cfg.ema and step > ema.start and ema.weights is None:
-        raise ValueError(f"--resume: {run_dir}/ckpt.pt holds no EMA weights past --ema_start ({ema.start})")
+    """A resumed run's EMA (train.EMA) must be what its checkpoint at `step` should hold: its EMA weights from the
+    EMA's start on (the step of the start included: the copy is taken after that step), none before it, and none
+    without --ema (ema_problem)."""
+    if bad := ema_problem(cfg, step, ema.weights):
+        raise ValueError(f"--resume: {run_dir}/ckpt.pt {bad}")
