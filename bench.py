@@ -134,10 +134,36 @@ def parse_args(argv=None) -> Config:
                          f"each a positive multiple of n_head ({cfg.n_head})")
     for d in cfg.widths():
         rundir.validate(train_config(cfg, d))  # the memory check at each width
+    stacks = [int(v) for v in cfg.stacks.split(",") if v.strip()]
+    if stacks:
+        check_stack_memory(cfg, max(stacks))
     folder = os.path.dirname(os.path.abspath(cfg.json))
     if cfg.json and (os.path.isdir(cfg.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK)):
         raise ValueError(f"--json {cfg.json!r}: must be a file in an existing, writable folder")
     return cfg
+
+
+def check_stack_memory(cfg: Config, S: int) -> None:
+    """Refuse a row (h) at S seeds that cannot fit in memory, before any work. A rough upper estimate, 4 bytes a
+    float: S separate runs and two chunks of S seeds (stacked, masked) live at once, each seed with its weights,
+    gradients and two AdamW moments (a chunk also keeps an unstacked twin of every seed: 14 floats a parameter in
+    all), and a step of a chunk keeps S runs' activations (rundir.check_memory's count per token, layer and loop
+    step, every loop step to T_max, on sequences as long as the chunk pads to at n_max)."""
+    tcfg = train_config(cfg, cfg.d_model)
+    task, model, schedule = config.build(tcfg)
+    n = sum(p.numel() for p in list(model.parameters()) + list(schedule.parameters()))
+    P = chunks.pad_length(task, tcfg)
+    act = 4 * cfg.batch_size * P * cfg.T_max * cfg.n_layer * (20 * cfg.d_model + 2 * cfg.n_head * P)
+    need = S * (4 * 14 * n + act)
+    device = rundir.pick_device(cfg.device)  # rundir.validate found it available
+    if device.startswith("cuda"):
+        have = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    else:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > 0.8 * have:
+        raise ValueError(f"--stacks {cfg.stacks!r}: row (h) at {S} seeds ({S} separate runs and two chunks of {S} seeds at "
+                         f"once, d_model {cfg.d_model}, batch {cfg.batch_size}) needs about {need / 2**30:.3g} GiB, more than "
+                         f"this machine's {have / 2**30:.3g} GiB allow; use smaller chunk sizes")
 
 
 # --- clocks, FLOPs, memory ----------------------------------------------------------------------------

@@ -6,8 +6,10 @@ train.py --seeds N --stack S: the N seeds trained S at a time, each chunk of S s
                                     weights (config.build) or from their checkpoints (ordinary ones)
     Chunk.step(it)                  one training step of every seed of the chunk
     Chunk.state(s)                  seed s's checkpoint, exactly what train.py's unstacked run writes
+    save_checkpoints(paths, cks)    the chunk's checkpoints at one step, committed together (all or none)
     train_chunk(cfgs, dirs, ...)    train.py's train_run for S seeds at once (its finish_run evaluates each)
-    train_chunks(cfg, runs, ...)    the chunks of a --seeds run, split over torchrun's ranks
+    split(cfg, runs, rank, world)   the chunks of a --seeds run that one of torchrun's ranks trains
+    train_chunks(cfg, parts, ...)   those chunks, each seed claimed under the lock runs.sweep holds
 
 Stacked seed s is seed s: the same initial weights, batches (its own data generator), depth draws (its
 own depth generator and schedule object), halting-head initialisation and learning rate. One step:
@@ -40,7 +42,7 @@ from config import build, lr_at, seeds_of, stream, trained_depth
 import metrics
 from tasks import IGNORE, PAD, curriculum_n_max, eval_set, train_batch
 from lab import records, rundir, stack
-from lab.cli import interrupted, log_line
+from lab.cli import ctrl_c_after, interrupted, log_line
 
 
 def pad_length(task, cfg) -> int:
@@ -209,6 +211,35 @@ class Chunk:
         return out
 
 
+# --- a chunk's checkpoints: all of them or none ------------------------------------------------------------------
+
+def save_checkpoints(paths: list, cks: list, seeds: list) -> None:
+    """The ckpt.pt of every seed of a chunk at one step, committed together, so that a resume finds them at one step
+    and continues them as the same chunk (a chunk of other seeds pads its batches otherwise: not the same rounding).
+    Every checkpoint is checked (finite weights) and written to its temp file first (NAME.tmpPID, fsync), then all
+    are renamed; a Ctrl-C during it lands after the last rename. A failure before the renames (a non-finite seed, a
+    full disk) leaves every seed at its previous checkpoint, and removes the temp files. Only a kill (SIGKILL, power)
+    between two of the renames, microseconds apart, can leave two steps: the resume then trains them as sub-chunks
+    (train_chunks), each seed equal to its run alone up to rounding."""
+    for p, ck, k in zip(paths, cks, seeds):
+        if bad := rundir.non_finite(ck):
+            raise FloatingPointError(f"seed {k}: non-finite weights at step {ck['step']} ({bad}); " + rundir.last_good(p))
+    tmps = [f"{p}.tmp{os.getpid()}" for p in paths]  # cli.atomic_write's names: a killed writer's are removed (Lock)
+    with ctrl_c_after():
+        try:
+            for tmp, ck in zip(tmps, cks):
+                with open(tmp, "wb") as f:
+                    torch.save(ck, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+            for tmp, p in zip(tmps, paths):
+                os.replace(tmp, p)
+        finally:
+            for tmp in tmps:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+
+
 # --- a chunk's run: train_run (train.py) for S seeds ------------------------------------------------------------
 
 def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tuple[list, list]:
@@ -278,19 +309,19 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
             if done % cfg.ckpt_interval == 0 or done == cfg.max_iters:
                 sync(done)
                 t_save = time.time()
+                cks = []
                 for s in range(len(seeds)):
                     st = ch.state(s)
-                    ck = {"model": st["model"], "schedule": st["schedule"], "optimizer": st["optimizer"], "step": done,
-                          "elapsed": elapsed, "acc_stats": st["acc_stats"], "config": dataclasses.asdict(cfgs[s]),
-                          "rng": st["rng"]}
-                    try:
-                        rundir.save_checkpoint(ckpts[s], ck)
-                    except FloatingPointError as err:
-                        raise FloatingPointError(f"seed {seeds[s]}: {err}") from None
-                step = done
+                    cks.append({"model": st["model"], "schedule": st["schedule"], "optimizer": st["optimizer"],
+                                "step": done, "elapsed": elapsed, "acc_stats": st["acc_stats"],
+                                "config": dataclasses.asdict(cfgs[s]), "rng": st["rng"]})
+                with ctrl_c_after():  # a Ctrl-C during the writes lands after them, and after `step` names them
+                    save_checkpoints(ckpts, cks, seeds)
+                    step = done
                 t0 += time.time() - t_save  # checkpoint writes are not training time
     except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (cli.run)
-        raise interrupted(done, lambda: f"the last checkpoints are at step {step}") from None
+        raise interrupted(done, lambda: f"the last checkpoints are at step {step}" if step
+                          else "no checkpoint was written yet") from None
     bar.close()
     evals = []
     for s, (c, d) in enumerate(zip(cfgs, dirs)):
@@ -299,32 +330,37 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
     return evals, failures
 
 
-def train_chunks(cfg, runs: list, rank: int, world: int, device: str, finish) -> tuple[list, list]:
-    """The seeds `runs` [(seed, run dir)] in chunks of cfg.stack, chunk i on rank i % world, each seed planned
-    again under its lock (rundir.claim) as train.py does. Finished seeds are skipped; within a chunk, seeds
-    resumed from checkpoints at different steps train as sub-chunks. finish: see train_chunk."""
-    chunks = [runs[i:i + cfg.stack] for i in range(0, len(runs), cfg.stack)]
+def split(cfg, runs: list, rank: int, world: int) -> list[list]:
+    """The chunks of `runs` [(seed, run dir)] that rank `rank` of `world` trains: chunks of cfg.stack seeds,
+    chunk i on rank i % world."""
+    return [runs[i:i + cfg.stack] for i in range(0, len(runs), cfg.stack)][rank::world]
+
+
+def train_chunks(cfg, parts: list, rank: int, world: int, device: str, finish) -> tuple[list, list]:
+    """The chunks `parts` (split: this rank's), each seed claimed again (rundir.claim: on --overwrite its old
+    files go here) right before its chunk trains. The caller holds every seed's lock and has planned every seed
+    under it (runs.sweep), so no chunk deletes a run before all of them are known to go ahead. Finished seeds are
+    skipped; within a chunk, seeds resumed from checkpoints at different steps train as sub-chunks. finish: see
+    train_chunk."""
     evals, failures = [], []
-    for part in chunks[rank::world]:
-        with contextlib.ExitStack() as locks:
-            todo = {}
-            for k, d in part:
-                run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
-                locks.enter_context(rundir.Lock(d))
-                action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)
-                if action == "skip":
-                    print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
-                    evals.append({**records.load_eval(d), "run_dir": d})
-                else:
-                    todo.setdefault(start["step"] if start else 0, []).append((run_cfg, d, start))
-            for at, group in sorted(todo.items()):
-                print(f"chunk of seeds {', '.join(str(c.seed) for c, _, _ in group)}: task {cfg.task}, schedule "
-                      f"{cfg.schedule}, device {device}" + (f", rank {rank}/{world}" if world > 1 else "")
-                      + (f", resumed at step {at}" if at else "") + (", static" if cfg.static else ""))
-                e, f = train_chunk([c for c, _, _ in group], [d for _, d, _ in group], device,
-                                   [s for _, _, s in group] if at else None, finish)
-                evals += e
-                failures += f
+    for part in parts:
+        todo = {}
+        for k, d in part:
+            run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
+            action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)
+            if action == "skip":
+                print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
+                evals.append({**records.load_eval(d), "run_dir": d})
+            else:
+                todo.setdefault(start["step"] if start else 0, []).append((run_cfg, d, start))
+        for at, group in sorted(todo.items()):
+            print(f"chunk of seeds {', '.join(str(c.seed) for c, _, _ in group)}: task {cfg.task}, schedule "
+                  f"{cfg.schedule}, device {device}" + (f", rank {rank}/{world}" if world > 1 else "")
+                  + (f", resumed at step {at}" if at else "") + (", static" if cfg.static else ""))
+            e, f = train_chunk([c for c, _, _ in group], [d for _, d, _ in group], device,
+                               [s for _, _, s in group] if at else None, finish)
+            evals += e
+            failures += f
     for e in sorted(evals, key=lambda e: e["seed"]):
         print(metrics.format_run(e))
     return evals, failures

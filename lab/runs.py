@@ -6,12 +6,14 @@ The run machinery around train.py's loop: what it calls in one line each, so tha
                                    and one JSON line in metrics.jsonl per interval
     guard(ckpt_path, done)         Ctrl-C and a non-finite loss end the loop with one line that names the last
                                    good checkpoint (cli.run prints it: exit 130 / 1)
-    sweep(cfg, train_run, finish)  --seeds N: seed..seed+N-1, in one process or split over torchrun's ranks,
-                                   each planned, locked and claimed (rundir), trained or skipped, then the table
+    sweep(cfg, train_run, finish)  --seeds N: seed..seed+N-1, in one process or split over torchrun's ranks:
+                                   every seed of a rank locked and planned again first (take_locks), then each
+                                   claimed (rundir), trained or skipped; then the table
 """
 
 import contextlib
 import dataclasses
+import datetime
 import json
 import os
 import sys
@@ -91,6 +93,13 @@ def guard(ckpt_path: str, done):
 
 # --- seeds: one process, or split over torchrun's ranks -----------------------------------------------
 
+# How long a rank waits for the others in the process group (at its start, after the locks, and for the results at
+# the end). A rank whose seeds are done waits there for the slowest rank, however long its seeds take: the default
+# 30 minutes crashed it, and torchrun then killed the ranks still training. A rank that dies does not leave the
+# others waiting a year: torchrun stops every rank once one has failed.
+WAIT = datetime.timedelta(days=365)
+
+
 def init_distributed(device: str):
     """Under torchrun: (rank, world, device). Seeds are split over the ranks; each rank trains its own."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -100,8 +109,28 @@ def init_distributed(device: str):
     if device.startswith("cuda"):
         device = f"cuda:{local % torch.cuda.device_count()}"  # more ranks than GPUs: they share
         torch.cuda.set_device(device)
-    dist.init_process_group("gloo")  # only to gather the evals once: gloo works for CPU and shared GPUs
+    dist.init_process_group("gloo", timeout=WAIT)  # to agree on the locks and gather the evals: CPU and shared GPUs
     return dist.get_rank(), world, device
+
+
+def take_locks(cfg, mine: list, locks: contextlib.ExitStack, world: int) -> None:
+    """Every lock of this rank's seeds `mine` [(seed, run dir)], into `locks`, each seed planned again under its
+    lock, before any run is deleted (--overwrite) or trained: a seed that another process holds, or filled since
+    the first plan, stops the sweep with nothing changed. Under torchrun the ranks then agree: all go on, or all
+    stop with the first rank's line (rank 0 prints it, cli.run)."""
+    err = None
+    try:
+        for k, d in mine:
+            locks.enter_context(rundir.Lock(d))
+            rundir.plan(dataclasses.replace(cfg, seed=k, out_dir=d), d, single=cfg.seeds == 1)
+    except ValueError as e:
+        err = str(e)
+    if world > 1:
+        told = [None] * world
+        dist.all_gather_object(told, err)
+        err = next((e for e in told if e), None)
+    if err:
+        raise ValueError(err)
 
 
 def sweep(cfg, train_run, finish_run) -> None:
@@ -117,11 +146,15 @@ def sweep(cfg, train_run, finish_run) -> None:
         rundir.plan(dataclasses.replace(cfg, seed=k, out_dir=d), d, single=cfg.seeds == 1)
     if cfg.tf32 and device.startswith("cuda"):  # TF32 inputs for the fp32 matmuls and convolutions
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    evals, failures = chunks.train_chunks(cfg, runs, rank, world, device, finish_run) if cfg.stack else ([], [])
-    for k, d in runs[rank::world] if not cfg.stack else []:  # rank r trains seeds r, r+P, ...
-        run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
-        with rundir.Lock(d):
-            action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)  # planned again, under the lock
+    parts = chunks.split(cfg, runs, rank, world) if cfg.stack else [[r] for r in runs[rank::world]]  # rank r: r, r+P, ...
+    evals, failures = [], []
+    with contextlib.ExitStack() as locks:  # every seed of this rank locked and planned before any is touched
+        take_locks(cfg, [r for part in parts for r in part], locks, world)
+        if cfg.stack:
+            evals, failures = chunks.train_chunks(cfg, parts, rank, world, device, finish_run)
+        for k, d in [] if cfg.stack else [part[0] for part in parts]:
+            run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
+            action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)  # --overwrite: the old files go now
             if action == "skip":
                 print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
                 e = records.load_eval(d)
@@ -130,9 +163,9 @@ def sweep(cfg, train_run, finish_run) -> None:
                       + (f", rank {rank}/{world}" if world > 1 else "") + {"resume": f", resumed at step {start and start['step']}",
                                                                            "restart": ", no checkpoint: started from scratch"}.get(action, ""))
                 e = train_run(run_cfg, d, device, start)
-        e["run_dir"] = d
-        print(metrics.format_run(e))
-        evals.append(e)
+            e["run_dir"] = d
+            print(metrics.format_run(e))
+            evals.append(e)
     if world > 1:  # rank 0 gathers every rank's results and writes the summary
         gathered = [None] * world
         dist.all_gather_object(gathered, (evals, failures))
