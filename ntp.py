@@ -14,7 +14,7 @@ data and evaluation sets are literally the same strings; each batch is rewritten
 where prompt is x without its padding and answer slots, a_1..a_m are the scored targets of y up to the
 first END filler (unique_set, binary_sum) and END closes every answer. Notation:
 
-    P        prompt length (the real tokens of x before the answer slots '_')
+    N        prompt length (the real tokens of x before the answer slots '_')
     p        number of pause tokens (--n_pause)
     m        answer length; the model predicts m + 1 tokens (the answer and END)
     c        the fixed depth: blocks of ntp / ntp_pause, loops of ntp_loop (--c, 0: T_max)
@@ -96,7 +96,7 @@ class NTP(nn.Module):
         tgt = torch.full((len(seqs), P), IGNORE, dtype=torch.long)
         for i, (p, a, s) in enumerate(zip(prompts, answers, seqs)):
             inp[i, :len(s) - 1] = torch.tensor(s[:-1])
-            # position j predicts s[j+1]: the answer a_1 .. END is predicted at positions P+p-1 .. P+p+m-1
+            # position j predicts s[j+1]: the answer a_1 .. END is predicted at positions N+p-1 .. N+p+m-1
             start = len(p) + self.n_pause - 1
             tgt[i, start:start + len(a)] = torch.tensor(a)
         return inp.to(x.device), tgt.to(x.device)
@@ -113,7 +113,7 @@ class NTP(nn.Module):
 
     def loss(self, model, x, y, Tn, gen):
         """Teacher forcing on the one-shot batch x, y (B, P); Tn and gen are unused (the depth is fixed).
-            l(x) = (1/(m+1)) sum_{j=1}^{m+1} -log p_c(s_{P+p+j} | s_{<P+p+j}),   loss = mean_x l(x)
+            l(x) = (1/(m+1)) sum_{j=1}^{m+1} -log p_c(s_{N+p+j} | s_{<N+p+j}),   loss = mean_x l(x)
         (each sample weighs the same whatever its answer length, as halting.per_sample_ce)."""
         inp, tgt = self.teacher_forcing(x, y)
         logits = self.logits(model, inp)  # (B, P', V)
