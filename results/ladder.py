@@ -51,7 +51,6 @@ keeps it), and config.json's segments record the resume.
 """
 
 import collections
-import json
 import os
 import statistics
 import sys
@@ -61,7 +60,7 @@ if __package__ in (None, ""):  # run as `python results/ladder.py`: the reposito
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from lab import stats, tables  # noqa: E402
-from lab.cli import no_arguments  # noqa: E402
+from lab.cli import no_arguments, run, write_json  # noqa: E402
 from results import study  # noqa: E402
 
 LADDER = os.path.join(ROOT, "results", "ladder")
@@ -84,6 +83,8 @@ CPU_RUNGS = ("r2", "rE", "r3")  # trained on this CPU (rH needs a GPU)
 GATE = {"dyck": CPU_RUNGS, "copy": ("r2", "rE")}
 OUTSIDE = {"r3": "beyond this CPU's budget (amendment 2)", "rH": "the H200's"}  # why a rung outside a gate may be missing
 CONVERGE_FRACTION = 0.9
+# the keys of results/round2/TASK/choice.json that part_c reads and round2.sh needs (study.read_choice checks them)
+CHOICE_KEYS = ("rung", "first", "seeds", "why", "flags", "reuse", "chosen_from")
 
 
 def rung_dir(task: str, rung: str, row: str) -> str:
@@ -182,6 +183,8 @@ def answer(task: str, rungs: dict, tests: list, grown: list) -> list[str]:
         what = "; ".join(f"at {t['rung']} the window spreads less than {t['b']} (Std {t['result']['da']:.1f} vs "
                          f"{t['result']['db']:.1f}, Holm p {study.fmtp(t['p_holm'])})" for t in shows)
         lines = [f"{head} the screen shows the failure mode ({what}); part C confirms it on fresh seeds."]
+    elif not done:
+        lines = [f"{head} no rung is complete yet."]
     else:
         top = done[-1]
         lines = [f"{head} no complete rung up to {top} ({steps_width(rungs[top])}) shows it: no declared test "
@@ -219,11 +222,9 @@ def part_c(task: str, rungs: dict, done: list, shows: list, std) -> str:
     """Part C's rung in words: the recorded choice once there is one (and today's pick if that differs)."""
     rung, _, why = pick(task, rungs, done, shows, std)
     now = f"Part C's rung: {rung} ({why})." if rung else f"Part C's rung (the main table again): {why}."
-    path = os.path.join(study.ROUND2, task, "choice.json")
-    if not os.path.exists(path):
+    c = study.read_choice(task, CHOICE_KEYS)
+    if c is None:
         return now
-    with open(path) as f:
-        c = json.load(f)
     return (f"Part C's rung: {c['rung']} ({c['why']}; recorded in results/round2/{task}/choice.json, {c['chosen_from']})"
             + ("." if c["rung"] == rung else f"; the rule on today's data would pick {rung or 'none'}, the record stands."))
 
@@ -233,7 +234,7 @@ def record(task: str, rungs: dict, rung: str, first: int, why: str) -> str:
     the rung, the flags its runs were trained with, the 16 declared seeds and the directories of the runs
     that are the same command (results/study.py reads a declared seed from there; round2.sh skips it)."""
     path = os.path.join(study.ROUND2, task, "choice.json")
-    if os.path.exists(path):
+    if os.path.lexists(path):
         return path
     cfg = rungs[rung]["fixed"][0]["config"]
     flags = f"--max_iters {cfg['max_iters']} --d_model {cfg['d_model']}" + (f" --ema {cfg['ema']:g}" if cfg.get("ema") else "")
@@ -243,9 +244,7 @@ def record(task: str, rungs: dict, rung: str, first: int, why: str) -> str:
     choice = {"task": task, "rung": rung, "first": first, "seeds": 16, "why": why, "flags": flags, "reuse": reuse,
               "chosen_from": f"{runs} committed ladder runs of rungs {', '.join(rungs)}"}
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(choice, f, indent=1)
-        f.write("\n")
+    write_json(path, choice)  # atomically: a crash leaves no half-written record (which would then stand)
     return path
 
 
@@ -389,10 +388,15 @@ def plot(plt, task: str, rungs: dict) -> None:
 
 
 def main() -> None:
+    # every run and every recorded choice is read (and checked) before anything is written: a damaged file
+    # stops the script with one line, the tables, plots and records as they were
+    every = {task: load(task) for task in TASKS}
+    for task in TASKS:
+        study.read_choice(task, CHOICE_KEYS)
     plt = study.pyplot()
     if plt is None:
         print("results/ladder.py: matplotlib is not installed; tables only, the plots are skipped", file=sys.stderr)
-    body, every = [], {task: load(task) for task in TASKS}
+    body = []
     for task, rungs in every.items():
         if rungs:
             body += table(task, rungs, {t: r for t, r in every.items() if t != task})
@@ -406,6 +410,6 @@ def main() -> None:
     print(f"wrote the ladder section of {study.README}")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a damaged or inconsistent input (ValueError): one line naming it, exit 2
     no_arguments("results/ladder.py")
-    main()
+    sys.exit(run(lambda argv: main(), "results/ladder.py"))

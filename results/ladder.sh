@@ -46,8 +46,8 @@ queue() {
 }
 
 if [ "${1:-}" = --list ]; then queue; exit 0; fi
-if [ "${1:-}" != --tables-only ]; then
+if [ "${1:-}" != --tables-only ]; then  # one thread a run, as declared, whatever THREADS the caller exported
   queue | while read -r task rung row k flags; do echo "results/ladder/$task/$rung/$row/seed$k $task $k $flags"; done \
-    | bash results/lanes.sh results/ladder/logs
+    | THREADS=1 bash results/lanes.sh results/ladder/logs
 fi
-[ -f results/ladder.py ] && python results/ladder.py
+if [ -f results/ladder.py ]; then python results/ladder.py; fi  # its exit code is the script's (2: a damaged input)

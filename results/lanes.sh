@@ -5,11 +5,15 @@
 # running, so a lane whose share is done helps the others. A finished run (eval.json) is skipped, a started
 # one resumed (--resume); a lock per run (LOGS/....lock, released when its lane dies) keeps two lanes off one
 # run. Each run logs to LOGS/TASK-...-seedK.log (OUT_DIR below results/X/, / as -). THREADS (default 1)
-# sets each run's --threads.
+# sets each run's --threads; a caller whose header declares a thread count sets THREADS itself (round2.sh and
+# ladder.sh: 1, threads.sh: 2), so that whatever its own caller exported, the declared command runs.
 #
-#   QUEUE | bash results/lanes.sh LOGS
+#   QUEUE | THREADS=1 bash results/lanes.sh LOGS
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bad() { echo "results/lanes.sh: $1" >&2; exit 2; }
+[ $# = 1 ] || bad "one argument expected (the folder for the logs), got $#"
+[[ "${THREADS:-1}" =~ ^[1-9][0-9]{0,3}$ ]] || bad "THREADS=${THREADS:-} must be an integer in 1-9999 (each run's --threads)"
 logs=$1
 mkdir -p "$logs"
 own=() others=()

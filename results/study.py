@@ -25,6 +25,7 @@ The protocol (SPEC 4c), declared in this file before the runs it judges:
 
 import json
 import os
+import re
 import statistics
 import sys
 from typing import NamedTuple
@@ -39,7 +40,7 @@ from config import Config  # noqa: E402
 import metrics  # noqa: E402
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
-from lab.cli import no_arguments  # noqa: E402
+from lab.cli import no_arguments, run  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")
 ROUND2 = os.path.join(ROOT, "results", "round2")  # part C: the main rows again at the ladder's rung (round_two)
@@ -107,17 +108,89 @@ def round_two(task: str):
     once by results/ladder.py when its rule first picks a rung, holds the rung, its flags, the first of the
     16 declared seeds a row, and per row the directory whose runs are the same command (the ladder's rung,
     or the first round at r1): a declared seed trained there is read from there, not trained again."""
-    path = os.path.join(ROUND2, task, "choice.json")
-    if not os.path.exists(path):
+    choice = read_choice(task)
+    if choice is None:
         return None
-    with open(path) as f:
-        choice = json.load(f)
     dirs = lambda n: [os.path.join(ROUND2, task, n)] + ([os.path.join(ROOT, choice["reuse"][n])] if n in choice["reuse"] else [])
     rows = {n: runs for n in MAIN if (runs := load_row(dirs(n), declared(n, choice["first"])))}
     rung = {(e["config"]["max_iters"], e["config"]["d_model"], e["config"].get("ema", 0.0)) for runs in rows.values() for e in runs}
     if len(rung) > 1:  # a reused directory that is not the rung's command
         raise ValueError(f"round two of {task}: runs at different (steps, d_model, ema): {sorted(rung)}")
     return choice, rows
+
+
+# results/round2/TASK/choice.json as results/ladder.py's record() writes it: each key's type; the values its rule
+# can give (ladder.py: RUNGS, SEEDS; tests/test_reliability4_results.py checks they agree). results/round2.sh
+# checks the keys it reads by the same rules before it queues a run.
+CHOICE_KEYS = {"task": str, "rung": str, "first": int, "seeds": int, "why": str, "flags": str, "reuse": dict,
+               "chosen_from": str}
+RUNG_NAMES = ("r1", "r2", "r3", "rE", "rH")
+CHOICE_FIRST = (0, 8)  # seeds 0-15, or 8-23 (fresh: the ladder's seeds are 0-7)
+CHOICE_SEEDS = 16  # declared(MAIN row)
+CHOICE_FLAGS = re.compile(r"--max_iters [1-9][0-9]{0,8} --d_model [1-9][0-9]{0,5}(?: --ema (?P<ema>[0-9][0-9.e+-]{0,15}))?")
+CHOICE_DIR = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9._-]+)*/?")  # relative, no blank, no option
+
+
+def choice_problem(c, task: str, need=("first", "seeds", "flags", "reuse")) -> str:
+    """What is wrong with a choice.json's content (c, parsed) for task, in words, or "" if nothing: the keys
+    of `need` must be there, every key must be one of CHOICE_KEYS with its type, and each value one the rule
+    can write (reuse: main rows -> existing folders below the repository root)."""
+    show = lambda v: (s if len(s := json.dumps(v)) <= 40 else s[:37] + "...")
+    if not isinstance(c, dict):
+        return f"a JSON object expected, got {show(c)}"
+    if unknown := sorted(set(c) - set(CHOICE_KEYS)):
+        return f"unknown key {', '.join(map(repr, unknown))} (allowed: {', '.join(CHOICE_KEYS)})"
+    if missing := [k for k in need if k not in c]:
+        return f"key {', '.join(map(repr, missing))} missing"
+    words = {str: "a string", int: "an integer", dict: "an object"}
+    for key, typ in CHOICE_KEYS.items():
+        if key in c and (not isinstance(c[key], typ) or isinstance(c[key], bool)):
+            return f"{key!r} must be {words[typ]}, got {show(c[key])}"
+    if c.get("task", task) != task:
+        return f"'task' must be {task!r} (the folder's task), got {show(c['task'])}"
+    if c.get("rung", RUNG_NAMES[0]) not in RUNG_NAMES:
+        return f"'rung' must be one of {', '.join(RUNG_NAMES)}, got {show(c['rung'])}"
+    if c.get("first", CHOICE_FIRST[0]) not in CHOICE_FIRST:
+        return f"'first' must be {' or '.join(map(str, CHOICE_FIRST))} (the rule's first seed), got {show(c['first'])}"
+    if c.get("seeds", CHOICE_SEEDS) != CHOICE_SEEDS:
+        return f"'seeds' must be {CHOICE_SEEDS} (the declared seeds of a main row), got {show(c['seeds'])}"
+    if "flags" in c and not ((m := CHOICE_FLAGS.fullmatch(c["flags"])) and (m["ema"] is None or _decay(m["ema"]))):
+        return (f"'flags' must be '--max_iters N --d_model N', then optionally ' --ema DECAY' (0 < DECAY < 1), as "
+                f"results/ladder.py records them, got {show(c['flags'])}")
+    for row, d in c.get("reuse", {}).items():
+        if row not in MAIN:
+            return f"'reuse' names the row {row!r}: allowed {', '.join(MAIN)} (round two's rows)"
+        if not (isinstance(d, str) and CHOICE_DIR.fullmatch(d) and ".." not in d.split("/")
+                and os.path.isdir(os.path.join(ROOT, d))):
+            return (f"'reuse' of {row} must be an existing folder, relative to the repository and inside it "
+                    f"(letters, digits, . _ - /), got {show(d)}")
+    return ""
+
+
+def _decay(text: str) -> bool:
+    try:
+        return 0.0 < float(text) < 1.0
+    except ValueError:
+        return False
+
+
+def read_choice(task: str, need=("first", "seeds", "flags", "reuse", "rung", "why")):
+    """results/round2/TASK/choice.json, checked (choice_problem), or None while there is none; a damaged or
+    hand-edited one is a ValueError naming the file (one line)."""
+    path = os.path.join(ROUND2, task, "choice.json")
+    if not os.path.lexists(path):
+        return None
+    name = os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+    try:
+        with open(path, encoding="utf-8") as f:
+            choice = json.load(f)
+    except (OSError, ValueError) as err:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        what = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"{name}: not valid JSON or not readable ({what}); results/ladder.py writes it once: "
+                         "restore it from git") from None
+    if problem := choice_problem(choice, task, need):
+        raise ValueError(f"{name}: {problem}")
+    return choice
 
 
 def round_two_claims(task: str) -> list:
@@ -504,21 +577,26 @@ def headline_rows(task: str, rows: dict, first: int = 0, claims: list = None, wh
 
 def main() -> None:
     tasks = sorted(t for t in os.listdir(STUDY) if os.path.isdir(os.path.join(STUDY, t)) and t != "logs") if os.path.isdir(STUDY) else []
+    # every run and every choice.json is read (and checked) before anything is written: a damaged file stops
+    # the script with one line, the tables and plots as they were
+    data = []
+    for task in tasks:
+        two = round_two(task)
+        data.append((task, {n: with_hard_shortcut(r) for n, r in load(task).items()},
+                     two and (two[0], {n: with_hard_shortcut(r) for n, r in two[1].items()})))
     body, headline, plt = [], [], pyplot()
     if plt is None:
         print("results/study.py: matplotlib is not installed; tables only, the plots are skipped", file=sys.stderr)
     two_body = []
-    for task in tasks:
-        rows = {n: with_hard_shortcut(r) for n, r in load(task).items()}
+    for task, rows, two in data:
         if rows:
             body += section(task, rows, plt)
-        two = round_two(task)
         if two is None or not two[1]:  # the headline shows round two as soon as it has a finished seed
             two_body += [f"- {task}: " + ("rung not chosen yet (results/ladder.py, part C)." if two is None else
                                           f"rung {two[0]['rung']} chosen ({two[0]['why']}); no finished run yet."), ""]
             headline += headline_rows(task, rows) if rows else []
             continue
-        choice, rows2 = two[0], {n: with_hard_shortcut(r) for n, r in two[1].items()}
+        choice, rows2 = two
         which = f"round two at the ladder's rung {choice['rung']}, seeds {choice['first']}-{choice['first'] + 15}"
         sec = section(task, rows2, plt, choice["first"], round_two_claims(task), os.path.join(ROUND2, f"{task}.png"),
                       choice["flags"])
@@ -531,6 +609,6 @@ def main() -> None:
     print(f"wrote the study section of {README} ({len(tasks)} tasks)")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a damaged or inconsistent input (ValueError): one line naming it, exit 2
     no_arguments("results/study.py")
-    main()
+    sys.exit(run(lambda argv: main(), "results/study.py"))

@@ -6,7 +6,6 @@ exact match that decides convergence (>= 99%) and the primary metric.
     python results/threads.py        # deterministic: the same JSON gives the same bytes
 """
 
-import json
 import os
 import sys
 
@@ -15,7 +14,7 @@ if __package__ in (None, ""):  # run as `python results/threads.py`: the reposit
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from lab import tables  # noqa: E402
-from lab.cli import no_arguments  # noqa: E402
+from lab.cli import no_arguments, run, write_json  # noqa: E402
 from results import study  # noqa: E402
 
 DIR = os.path.join(ROOT, "results", "threads")
@@ -25,7 +24,11 @@ def rows() -> list[dict]:
     """One dict per (task, row, seed) that ran with 2 threads: both runs' threads, ID, metric, minutes, CPU."""
     out = []
     for task in ("copy", "dyck"):
-        _, twins = study.round_two(task)
+        second = study.round_two(task)
+        if second is None:
+            raise ValueError(f"results/round2/{task}/choice.json is missing: the two-thread runs are compared with "
+                             "round two's runs of the same command (results/ladder.py records the choice)")
+        twins = second[1]
         key, label = study.primary(task)[:2]
         for name in ("fixed", "window"):
             two = study.load_row([os.path.join(DIR, task, name)])
@@ -53,15 +56,14 @@ def table(rs: list[dict]) -> list[str]:
 
 
 def main() -> None:
-    no_arguments("results/threads.py")
-    rs = rows()
-    with open(os.path.join(DIR, "threads.json"), "w") as f:
-        json.dump(rs, f, indent=1)
-        f.write("\n")
+    rs = rows()  # every run read (and checked) before anything is written
     lines = table(rs)
+    os.makedirs(DIR, exist_ok=True)
+    write_json(os.path.join(DIR, "threads.json"), rs)
     tables.splice(os.path.join(ROOT, "results", "README.md"), "threads", lines)
     print("\n".join(lines))
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # a damaged or inconsistent input (ValueError): one line naming it, exit 2
+    no_arguments("results/threads.py")
+    sys.exit(run(lambda argv: main(), "results/threads.py"))

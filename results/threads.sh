@@ -10,13 +10,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# = 0 ] || { echo "results/threads.sh: no arguments allowed, got '$*'" >&2; exit 2; }
-for task in copy dyck; do
-  flags=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["flags"])' "results/round2/$task/choice.json")
+# each task's round-two flags, from its choice.json as results/study.py checks it (read_choice): a missing,
+# damaged or hand-edited one is one line and exit 2, before any run starts
+flags=$(python -c '
+import sys
+from results import study
+try:
+    for task in sys.argv[1:]:
+        if (c := study.read_choice(task)) is None:
+            raise ValueError(f"results/round2/{task}/choice.json is missing: the check runs the command of round two")
+        print(task, c["flags"])
+except ValueError as err:
+    sys.exit(print(f"results/threads.sh: {err}", file=sys.stderr) or 2)
+' copy dyck) || exit $?
+queue=$(while read -r task f; do
   seeds="0 1"
   [ $task = dyck ] && seeds=0
   for k in $seeds; do
-    echo "results/threads/$task/fixed/seed$k $task $k --schedule fixed $flags"
-    echo "results/threads/$task/window/seed$k $task $k --schedule window --w 5 $flags"
+    echo "results/threads/$task/fixed/seed$k $task $k --schedule fixed $f"
+    echo "results/threads/$task/window/seed$k $task $k --schedule window --w 5 $f"
   done
-done | THREADS=2 bash results/lanes.sh results/threads/logs
+done <<< "$flags")
+THREADS=2 bash results/lanes.sh results/threads/logs <<< "$queue"  # two threads a run, as declared
 python results/threads.py
