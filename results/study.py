@@ -1,11 +1,12 @@
 """
 The reproduction study's tables, verdicts and strip plots, regenerated from the committed JSON under
 results/study/ (written by results/study.sh): the section of results/README.md between the markers
-`<!-- study:begin -->` and `<!-- study:end -->`, README.md's headline, and results/study/TASK.png.
+`<!-- study:begin -->` and `<!-- study:end -->`, round two's between `<!-- round2:begin -->` and
+`<!-- round2:end -->`, and results/study/TASK.png (README.md's results lines: results/exclusions.py).
 
     python results/study.py        # deterministic: the same JSON gives the same bytes
 
-The protocol (SPEC 4c), declared in this file before the runs it judges:
+The protocol, declared in this file before the runs it judges:
 - A run has *converged* when it solved its training lengths: in-distribution exact match at its own test
   rule (the tables' ID column, `policy_id`) >= 99%. Every row reports converged / total.
 - Seed k of every row starts from the same weights and sees the same batches, so two rows are compared
@@ -45,7 +46,6 @@ from lab.cli import no_arguments, run  # noqa: E402
 STUDY = os.path.join(ROOT, "results", "study")
 ROUND2 = os.path.join(ROOT, "results", "round2")  # part C: the main rows again at the ladder's rung (round_two)
 README = os.path.join(ROOT, "results", "README.md")
-FRONT = os.path.join(ROOT, "README.md")  # the headline rows
 # row directory -> (label, the published row's setting in results/paper.json)
 ROWS = {"fixed": ("fixed c=T_max", "fixed c=20"), "matched": ("matched", "matched"),
         "window": ("window w=5", "window w=5"), "rl": ("rl", "rl"),
@@ -301,7 +301,7 @@ def undecidable(r: dict, ps: list) -> str:
 
 class Claim(NamedTuple):
     text: str
-    headline: bool  # one of the four spread claims README.md's headline shows
+    headline: bool  # one of the four spread claims, the paper's headline
     rows: tuple[str, str]  # the two rows compared
     higher: bool | None  # the paper says a is higher (True) / lower (False) than b; None: no direction
     key: str  # the metric compared
@@ -553,28 +553,6 @@ def section(task: str, rows: dict, plt, first: int = 0, claims: list = None, png
     return lines + verdict_table(verdicts(task, rows, claims, first))
 
 
-def headline_rows(task: str, rows: dict, first: int = 0, claims: list = None, which: str = "first round") -> list[str]:
-    """The top-level README's rows: the main schedules' converged seeds and primary metric, the shortcut
-    beside it, then the headline family's verdicts (of round one, or of round two: first, claims)."""
-    main = [n for n in MAIN if n in rows]
-    if not main:
-        return []
-    key, name, vkey, vname = primary(task)
-    cut = shortcut_of(rows[main[0]], key)
-    cfg = rows[main[0]][0]["config"]
-    lines = [f"**{task}**, {which}: {cfg['max_iters']} steps, d_model {cfg['d_model']}" + (f", EMA {cfg['ema']:g}" if cfg.get("ema") else "")
-             + f" ({name}; the best shortcut scores {cut:.1f}% there)", "",
-             f"| schedule | converged / seeds | {name} | {vname} |", "|---|---|---|---|"]
-    for n in main:
-        conv = [e for e in rows[n] if converged(e) and e["seed"] in declared(n, first)]
-        lines.append(f"| {ROWS[n][0]} | {counts(n, rows[n], first)} | "
-                     f"{ms([e['metrics'][key] for e in conv])} | {ms([e['metrics'][vkey] for e in conv])} |")
-    head = [v for v in verdicts(task, rows, claims, first) if v.claim.headline and v.result is not None]
-    return lines + ([""] + [f"- {v.claim.text}: {v.verdict}; Holm p = {fmtp(v.p_holm)} (paired "
-                            f"{fmtp(v.result.get('p'))}, unpaired {fmtp(v.result.get('p_unpaired'))})" for v in head]
-                    if head else []) + [""]
-
-
 def main() -> None:
     tasks = sorted(t for t in os.listdir(STUDY) if os.path.isdir(os.path.join(STUDY, t)) and t != "logs") if os.path.isdir(STUDY) else []
     # every run and every choice.json is read (and checked) before anything is written: a damaged file stops
@@ -584,28 +562,26 @@ def main() -> None:
         two = round_two(task)
         data.append((task, {n: with_hard_shortcut(r) for n, r in load(task).items()},
                      two and (two[0], {n: with_hard_shortcut(r) for n, r in two[1].items()})))
-    body, headline, plt = [], [], pyplot()
+    body, plt = [], pyplot()
     if plt is None:
         print("results/study.py: matplotlib is not installed; tables only, the plots are skipped", file=sys.stderr)
     two_body = []
     for task, rows, two in data:
         if rows:
             body += section(task, rows, plt)
-        if two is None or not two[1]:  # the headline shows round two as soon as it has a finished seed
+        if two is None or not two[1]:
             two_body += [f"- {task}: " + ("rung not chosen yet (results/ladder.py, part C)." if two is None else
                                           f"rung {two[0]['rung']} chosen ({two[0]['why']}); no finished run yet."), ""]
-            headline += headline_rows(task, rows) if rows else []
             continue
         choice, rows2 = two
-        which = f"round two at the ladder's rung {choice['rung']}, seeds {choice['first']}-{choice['first'] + 15}"
         sec = section(task, rows2, plt, choice["first"], round_two_claims(task), os.path.join(ROUND2, f"{task}.png"),
                       choice["flags"])
+        rejudged = (" At r1 round two reuses the first round's runs (seeds 0-15): it is the first round re-judged in "
+                    "round two's family, no new evidence." if choice["rung"] == "r1" else "")
         two_body += sec[:2] + [f"Rung {choice['rung']} ({choice['why']}), recorded in results/round2/{task}/choice.json; "
-                               "the Recipe line below gives its command (add each row's schedule flags).", ""] + sec[2:]
-        headline += headline_rows(task, rows2, choice["first"], round_two_claims(task), which)
+                               "the Recipe line below gives its command (add each row's schedule flags)." + rejudged, ""] + sec[2:]
     tables.splice(README, "study", body or ["(no study runs yet)"])
     tables.splice(README, "round2", two_body + [""])
-    tables.splice(FRONT, "headline", headline or ["(no study runs yet)"])
     print(f"wrote the study section of {README} ({len(tasks)} tasks)")
 
 

@@ -96,15 +96,6 @@ def test_study_sh_trains_the_seeds_study_py_plans():
     assert {key: study.trained(*key) for key in trained} == trained
 
 
-def test_the_headline_shows_the_main_rows_and_only_their_spread_verdicts():
-    from results import study
-    tight, wide = study_rows()
-    text = "\n".join(study.headline_rows("copy", {"window": tight, "matched": wide, "ponder": wide[:8]}))
-    assert "| window w=5 | 16 / 16 | 50.0 ± 0.7 |" in text and "| matched | 16 / 16 |" in text and "ponder" not in text
-    assert "- window has a smaller spread of Oracle OOD than matched: reproduced" in text
-    assert "than fixed" not in text  # a claim whose rows were not run stays out of the headline
-
-
 def test_ladder_sh_trains_what_ladder_py_declares():
     import subprocess
 
