@@ -357,4 +357,6 @@ def test_the_exclusions_section_is_what_its_json_says():
     out = json.load(open(exclusions.OUT))
     text = open(exclusions.README).read().split("<!-- exclusions:begin -->\n", 1)[1].split("<!-- exclusions:end -->", 1)[0]
     assert text.rstrip("\n").split("\n") == exclusions.lines(out)
+    front = open(exclusions.FRONT).read().split("<!-- results:begin -->\n", 1)[1].split("<!-- results:end -->", 1)[0]
+    assert front.rstrip("\n").split("\n") == exclusions.front(out)  # README.md's results lines, every number from here
     assert out["spreads"]["dyck"]["excluded"] and out["spreads"]["copy"]["excluded"]  # the paper's rl ratio lies below each interval
