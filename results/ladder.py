@@ -48,6 +48,11 @@ runs committed before this (dyck fixed 0, matched 0, window 0 and 7) had no raw_
 (--resume) from their final checkpoints (step 2400, still on the machine that trained them), which evaluates
 again, raw weights and then EMA; their EMA metrics came out identical to the first evaluation's (git history
 keeps it), and config.json's segments record the resume.
+
+Erratum, 2026-12-04 (a referee's recomputation from the committed eval.json; no decision changes): amendment 3's
+"96.6% ID" is fixed seed 1's oracle_id; the convergence bar reads policy_id, 94.8% (also below 99%). Amendment
+4's "98.0" is the r2 twin's hard-subset val-K OOD; its hard-subset Oracle OOD, the metric quoted beside it, is
+100.0, so the ~34 points it quotes hold for the Oracle (100.0 against 66.1). The amendments stay as written.
 """
 
 import collections
