@@ -33,6 +33,9 @@ synchronised before every clock read.
 Shapes: B batch, P sequence positions (padded), D model width, K loop steps, V vocabulary.
 """
 
+from lab.cli import ctrl_c_at_start  # run machinery: a Ctrl-C while torch loads is one line, exit 130
+ctrl_c_at_start(__name__, "bench.py")
+
 import contextlib
 import dataclasses
 import math

@@ -11,6 +11,9 @@ into the run. What each metric means: metrics.py's docstring. The command's plum
 tables, plots) lives in lab/.
 """
 
+from lab.cli import ctrl_c_at_start  # run machinery: a Ctrl-C while torch loads is one line, exit 130
+ctrl_c_at_start(__name__, "evaluate.py")
+
 import json
 import math
 import os
@@ -21,7 +24,7 @@ import torch
 
 import readouts
 from metrics import evaluate, format_run  # noqa: F401  (evaluate: `import evaluate; evaluate.evaluate(...)` as before)
-from tasks import PAD, eval_set
+from tasks import PAD, eval_set, get_task, task_kwargs
 from lab import plots, rundir, tables
 from lab.cli import atomic_write, opt, parse, run, write_json
 from lab.records import find_runs, load_eval, load_run
@@ -74,18 +77,65 @@ def parse_args(argv=None) -> Args:
     return args
 
 
+def readout_bytes(e: dict, samples: int, gates: list) -> tuple:
+    """(a rough upper estimate of the host memory the readouts of run e hold, its longest sequence in tokens):
+    per split (test, val, and fit with gates) and sample, the set (~100 bytes a token, as lab/rundir.py counts
+    the evaluation sets) and ~12 float signals per depth (the pooled states too with gates). None where the
+    run's config names no task this version knows (load_run refuses it then)."""
+    c = e["config"]
+    try:
+        task = get_task(c["task"], **task_kwargs(c["task"], c))
+        S = len(task.sample(max(e["lengths"]), torch.Generator().manual_seed(0), test=True)[0])
+        K, D = c["T_test"], c["d_model"]
+    except (KeyError, ValueError, TypeError):
+        return None, None
+    per_sample = 100 * S + 4 * K * (12 + (D if gates else 0))
+    return (3 if gates else 2) * len(e["lengths"]) * samples * per_sample, S
+
+
+def check_readouts(args: Args, evals: list) -> None:
+    """Before any readout: every run's folder must be writable (readouts.json goes there) and its readout
+    splits must fit in memory."""
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for e in evals:
+        if not os.access(e["run_dir"], os.W_OK):
+            raise ValueError(f"{e['run_dir']}: not writable (readouts.json goes there)")
+        n = args.samples or e["config"].get("eval_samples", 0)
+        need, S = readout_bytes(e, n, args.gates())
+        if need is not None and need > 0.8 * host:
+            splits = 3 if args.gates() else 2
+            raise ValueError(f"--samples {n}: the readout splits of {e['run_dir']} ({splits} splits x "
+                             f"{len(e['lengths'])} lengths x {n} samples, up to {S} tokens and {e['config']['T_test']} "
+                             f"depths a sample) need about {need / 2**30:.3g} GiB, more than this machine's "
+                             f"{host / 2**30:.3g} GiB allow; choose a smaller --samples")
+
+
+def load_readouts(path: str) -> dict:
+    """A run's readouts.json (for --plot): one line naming the file when it cannot be read."""
+    try:
+        with open(path) as f:
+            rep = json.load(f)
+        if not (isinstance(rep, dict) and isinstance(rep.get("readouts"), dict)
+                and all(k in rep for k in ("task", "schedule", "seed"))):
+            raise ValueError("not an object with 'task', 'schedule', 'seed' and 'readouts'")
+    except (OSError, ValueError) as err:
+        raise ValueError(f"malformed readouts.json at {path}: {err}; write it again with evaluate.py --readouts, "
+                         f"or remove it") from None
+    return rep
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     evals = [load_eval(r) for r in find_runs(args.run_dirs)]
     if not evals:
         raise ValueError(f"no runs (no eval.json) under {' '.join(args.run_dirs)}")
     gates = args.gates()
+    if args.readouts or gates or args.time:
+        check_readouts(args, evals)
     reps = {}
     for e in evals:
         print(format_run(e))
         if args.readouts or gates or args.time:
-            if not os.access(e["run_dir"], os.W_OK):
-                raise ValueError(f"{e['run_dir']}: not writable (readouts.json goes there)")
             cfg, task, model, schedule = load_run(e["run_dir"], e["config"])
             if hasattr(schedule, "score_set"):
                 raise ValueError(f"{e['run_dir']}: readouts stop a looped trajectory of one-shot predictions; "
@@ -105,8 +155,7 @@ def main(argv=None) -> None:
             print(readouts.format_readouts(rep) + ("\n" + readouts.format_timing(rep["timing"]) if args.time else ""))
         path = os.path.join(e["run_dir"], "readouts.json")
         if os.path.isfile(path):
-            with open(path) as f:
-                reps[e["run_dir"]] = json.load(f)
+            reps[e["run_dir"]] = load_readouts(path)
     groups = tables.group_runs(evals)
     md, rows = tables.table(groups, args.paper)
     print("\n" + md)

@@ -26,6 +26,9 @@ Shapes: B batch, P sequence positions, D model width, K loop steps, N samples; a
 Q parameters.
 """
 
+from lab.cli import ctrl_c_at_start  # run machinery: a Ctrl-C while torch loads is one line, exit 130
+ctrl_c_at_start(__name__, "theory_checks.py")
+
 import math
 import os
 import platform
@@ -152,8 +155,9 @@ def centered_windows(center: int, ms: list[int], n_depths: int) -> list[list[int
     for m in ms:
         lo, hi = center - (m - 1) // 2, center + m // 2
         if m < 1 or lo < 1 or hi > n_depths:
-            raise ValueError(f"--ms: window m={m} around depth T(n)={center} leaves 1..{n_depths}: "
-                             f"choose m <= {2 * min(center - 1, n_depths - center) + 1}")
+            widest = 2 * min(center - 1, n_depths - center) + 1
+            raise ValueError(f"--ms: window m={m} around depth T(n)={center} leaves 1..{n_depths}: " +
+                             (f"choose m <= {widest}" if widest >= 1 else f"T(n) lies outside 1..{n_depths}"))
         out.append(list(range(lo - 1, hi)))
     return out
 
@@ -397,7 +401,20 @@ def validate(cfg: Config):
         task.check_length(cfg.n_max)
     except ValueError as err:
         raise ValueError(f"--n_max {cfg.n_max}: {err}") from None
-    centered_windows(task.T(cfg.n), [int(m) for m in cfg.ms.split(",")], cfg.T_max)
+    if "1b" in cfg.checks.split(","):  # the only check whose windows centre on T(n) (1a's start at depth 1)
+        Tn, ms = task.T(cfg.n), [int(m) for m in cfg.ms.split(",")]
+        reach = Tn + max(ms) // 2  # the deepest depth of the widest window
+        require(reach <= cfg.T_max, f"--T_max {cfg.T_max}: check 1b centres its windows (--ms {cfg.ms}) on depth "
+                                    f"T(n) = {Tn} (--n {cfg.n}); the widest, m={max(ms)}, reaches depth {reach}: "
+                                    f"needs --T_max >= {reach}, or a smaller --n or --ms")
+        centered_windows(Tn, ms, cfg.T_max)  # their shallow ends: a window below depth 1
+    if "2b" in cfg.checks.split(","):  # its window S = clip(T(n) + {-w..w}, 1, T_max) must hold two depths or more
+        one = [n for n in sorted({max(1, cfg.n_max // 4), cfg.n_max // 2, cfg.n_max} - {0})
+               if len({min(max(task.T(n) + d, 1), cfg.T_max) for d in range(-cfg.w, cfg.w + 1)}) < 2]
+        if one:
+            raise ValueError(f"--T_max {cfg.T_max}: check 2b measures the spread across the window's depths clip(T(n) "
+                             f"+ {{-w..w}}, 1, T_max), a single depth at n = {', '.join(map(str, one))} (--w {cfg.w}): "
+                             f"needs --T_max >= {max(task.T(n) for n in one) - cfg.w + 1}, or a larger --w")
     return task, ck
 
 

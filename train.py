@@ -13,6 +13,9 @@ weights_only=True), config.json, metrics.jsonl (one JSON line per log interval) 
 metric of evaluate.py). `--resume` continues from ckpt.pt exactly: same batches, same depths, same weights.
 """
 
+from lab.cli import ctrl_c_at_start  # run machinery: a Ctrl-C while torch loads is one line, exit 130
+ctrl_c_at_start(__name__, "train.py")
+
 import contextlib
 import dataclasses
 import os

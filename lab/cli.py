@@ -77,10 +77,44 @@ def parse(cls, argv=None, prog: str = "", doc: str = "", presets=None, epilog: s
     return cls(**vars(p.parse_args(argv)))
 
 
+def ctrl_c_at_start(name: str, prog: str) -> None:
+    """The first line of a command, before `import torch`: a Ctrl-C while it starts (the imports take seconds,
+    before run() could catch anything) prints one line and exits 130. Only when the file runs as the command
+    (name: its __name__) and Ctrl-C is not ignored (a background job); run() hands Ctrl-C back to Python."""
+    global _start_prog
+    if name == "__main__" and threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        _start_prog = prog
+        signal.signal(signal.SIGINT, _interrupted_at_start)
+
+
+_start_prog = ""
+
+
+def _interrupted_at_start(signum, frame):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the line
+    print(f"{_start_prog}: interrupted", file=sys.stderr, flush=True)
+    os._exit(130)  # mid-import, nothing to clean up; an exception could be swallowed by the code it lands in
+
+
+def printable_streams() -> None:
+    """Text that stdout / stderr cannot encode (a non-ASCII run path under PYTHONIOENCODING=ascii or a C locale,
+    a file name that is not UTF-8) is printed escaped (backslashreplace), not raised as an error."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a closed or detached stream: leave it as it is
+                pass
+
+
 def run(main, prog: str, argv=None) -> int:
     """main(argv) as a command. A user error (ValueError) -> one line, exit 2; a numerical fault
     (FloatingPointError) or an I/O failure (OSError, e.g. a full disk) -> one line, exit 1; Ctrl-C -> one
     line, exit 130. Never a traceback for any of them."""
+    if signal.getsignal(signal.SIGINT) is _interrupted_at_start and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on Ctrl-C is a KeyboardInterrupt
+    printable_streams()
     try:
         main(argv)
     except ValueError as err:
