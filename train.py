@@ -1,16 +1,16 @@
 """
 Train a looped transformer on one task with one stop schedule, then evaluate it.
 
-    python train.py                                       # dyck, window w=5: ~5 min on 2 CPU cores
+    python train.py                                       # dyck, window w=5: ~6 min on one CPU core
     python train.py --task copy --schedule rl             # every task has a CPU recipe (config.py's RECIPES)
     python train.py --task addition --preset paper        # the papers' scale, for a GPU
     python train.py --seeds 4 --out_dir out/dyck          # seeds 0..3 into out/dyck/seed{k}/, and a table row
     torchrun --nproc_per_node 2 train.py --seeds 8 --threads 1    # the same, seeds split over 2 processes
-    python train.py --preset paper --seeds 32 --stack 16 --static # a GPU: 16 seeds at a time as one program (chunks.py)
+    python train.py --preset paper --seeds 32 --stack 16 --static # a GPU: 16 seeds at a time as one program (lab/chunks.py)
 
 A run directory holds ckpt.pt (model, schedule, optimizer, step, RNG states; loadable with
 weights_only=True), config.json, metrics.jsonl (one JSON line per log interval) and eval.json (every
-metric of evaluate.py). `--resume` continues from ckpt.pt exactly: same batches, same depths, same weights.
+metric of metrics.py). `--resume` continues from ckpt.pt exactly: same batches, same depths, same weights.
 """
 
 from lab.cli import ctrl_c_at_start  # run machinery: a Ctrl-C while torch loads is one line, exit 130
