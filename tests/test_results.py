@@ -360,3 +360,17 @@ def test_the_exclusions_section_is_what_its_json_says():
     front = open(exclusions.FRONT).read().split("<!-- results:begin -->\n", 1)[1].split("<!-- results:end -->", 1)[0]
     assert front.rstrip("\n").split("\n") == exclusions.front(out)  # README.md's results lines, every number from here
     assert out["spreads"]["dyck"]["excluded"] and out["spreads"]["copy"]["excluded"]  # the paper's rl ratio lies below each interval
+
+
+def test_the_readmes_run_output_is_what_its_committed_run_prints():
+    # README.md shows `python train.py`'s report; results/readme/dyck-window is that run (its eval.json, config.json)
+    import metrics
+    from lab import records
+    e = {**records.load_eval("results/readme/dyck-window"), "run_dir": "out/dyck-window"}
+    shown = open("README.md").read().split("<!-- run:begin -->", 1)[1].split("<!-- run:end -->", 1)[0]
+    report = shown.split("```\n", 2)[1].splitlines()[1:]  # after the last log line
+    assert report == metrics.format_run(e).splitlines()[:len(report)]
+    cfg = e["config"]
+    assert (cfg["task"], cfg["schedule"], cfg["seed"], cfg["max_iters"], cfg["d_model"]) == ("dyck", "window", 0, 800, 64)
+    last = [l for l in open("results/readme/dyck-window/metrics.jsonl")][-1]
+    assert shown.split("```\n", 2)[1].splitlines()[0].startswith(f"step 800 | lr {__import__('json').loads(last)['lr']:.4g}")
