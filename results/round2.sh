@@ -32,73 +32,10 @@ row_flags() {  # the main rows, as results/study.sh's main_rows trains them
     rl) echo "--schedule rl --lambda_ent 0.001" ;;
   esac
 }
-# choice TASK: results/round2/TASK/choice.json checked by results/study.py's rules (choice_problem: the keys this
-# script reads must be there, every key known and of its type, each value one results/ladder.py's rule can write;
-# tests/test_reliability4_results.py runs both on the same files), printed as `FIRST SEEDS FLAGS`, then
-# `ROW DIR` per reused row. A damaged or hand-edited file: one line naming it, exit 2.
-choice() {
-  python - "$1" <<'PY'
-import json, os, re, sys
-task, path = sys.argv[1], f"results/round2/{sys.argv[1]}/choice.json"
-KEYS = {"task": str, "rung": str, "first": int, "seeds": int, "why": str, "flags": str, "reuse": dict, "chosen_from": str}
-RUNGS, FIRST, SEEDS, MAIN = ("r1", "r2", "r3", "rE", "rH"), (0, 8), 16, ("fixed", "matched", "window", "rl")
-FLAGS = re.compile(r"--max_iters [1-9][0-9]{0,8} --d_model [1-9][0-9]{0,5}(?: --ema (?P<ema>[0-9][0-9.e+-]{0,15}))?")
-DIR = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9._-]+)*/?")
-show = lambda v: (s if len(s := json.dumps(v)) <= 40 else s[:37] + "...")
-words = {str: "a string", int: "an integer", dict: "an object"}
-
-
-def decay(text):
-    try:
-        return 0.0 < float(text) < 1.0
-    except ValueError:
-        return False
-
-
-def problem(c):
-    if not isinstance(c, dict):
-        return f"a JSON object expected, got {show(c)}"
-    if unknown := sorted(set(c) - set(KEYS)):
-        return f"unknown key {', '.join(map(repr, unknown))} (allowed: {', '.join(KEYS)})"
-    if missing := [k for k in ("first", "seeds", "flags", "reuse") if k not in c]:
-        return f"key {', '.join(map(repr, missing))} missing"
-    for key, typ in KEYS.items():
-        if key in c and (not isinstance(c[key], typ) or isinstance(c[key], bool)):
-            return f"{key!r} must be {words[typ]}, got {show(c[key])}"
-    if c.get("task", task) != task:
-        return f"'task' must be {task!r} (the folder's task), got {show(c['task'])}"
-    if c.get("rung", RUNGS[0]) not in RUNGS:
-        return f"'rung' must be one of {', '.join(RUNGS)}, got {show(c['rung'])}"
-    if c["first"] not in FIRST:
-        return f"'first' must be {' or '.join(map(str, FIRST))} (the rule's first seed), got {show(c['first'])}"
-    if c["seeds"] != SEEDS:
-        return f"'seeds' must be {SEEDS} (the declared seeds of a main row), got {show(c['seeds'])}"
-    if not ((m := FLAGS.fullmatch(c["flags"])) and (m["ema"] is None or decay(m["ema"]))):
-        return (f"'flags' must be '--max_iters N --d_model N', then optionally ' --ema DECAY' (0 < DECAY < 1), as "
-                f"results/ladder.py records them, got {show(c['flags'])}")
-    for row, d in c["reuse"].items():
-        if row not in MAIN:
-            return f"'reuse' names the row {row!r}: allowed {', '.join(MAIN)} (round two's rows)"
-        if not (isinstance(d, str) and DIR.fullmatch(d) and ".." not in d.split("/") and os.path.isdir(d)):
-            return (f"'reuse' of {row} must be an existing folder, relative to the repository and inside it "
-                    f"(letters, digits, . _ - /), got {show(d)}")
-    return ""
-
-
-try:
-    with open(path, encoding="utf-8") as f:
-        c = json.load(f)
-except (OSError, ValueError) as err:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-    what = str(err).splitlines()[0] if str(err) else type(err).__name__
-    sys.exit(print(f"results/round2.sh: {path}: not valid JSON or not readable ({what}); results/ladder.py writes it "
-                   "once: restore it from git", file=sys.stderr) or 2)
-if why := problem(c):
-    sys.exit(print(f"results/round2.sh: {path}: {why}", file=sys.stderr) or 2)
-print(c["first"], c["seeds"], c["flags"])
-for row, d in c["reuse"].items():
-    print(row, d)
-PY
-}
+# choice TASK: results/round2/TASK/choice.json checked by results/choice.py's rules (those of study.py and ladder.py
+# too), printed as `FIRST SEEDS FLAGS`, then `ROW DIR` per reused row. A damaged or hand-edited file: one line
+# naming it, exit 2.
+choice() { python results/choice.py "$1"; }
 queue() {  # the whole queue, or (a bad choice.json) one line on stderr and exit 2 before any line
   local task file lines first seeds flags k row dir out=()
   for task in dyck copy; do

@@ -24,9 +24,7 @@ The protocol, declared in this file before the runs it judges:
   from 8 to 16) and enter only the all-seeds, secondary analysis: no group-sequential rule was declared.
 """
 
-import json
 import os
-import re
 import statistics
 import sys
 from typing import NamedTuple
@@ -42,6 +40,7 @@ import metrics  # noqa: E402
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
 from lab.cli import no_arguments, run  # noqa: E402
+from results import choice  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")
 ROUND2 = os.path.join(ROOT, "results", "round2")  # part C: the main rows again at the ladder's rung (round_two)
@@ -119,78 +118,10 @@ def round_two(task: str):
     return choice, rows
 
 
-# results/round2/TASK/choice.json as results/ladder.py's record() writes it: each key's type; the values its rule
-# can give (ladder.py: RUNGS, SEEDS; tests/test_reliability4_results.py checks they agree). results/round2.sh
-# checks the keys it reads by the same rules before it queues a run.
-CHOICE_KEYS = {"task": str, "rung": str, "first": int, "seeds": int, "why": str, "flags": str, "reuse": dict,
-               "chosen_from": str}
-RUNG_NAMES = ("r1", "r2", "r3", "rE", "rH")
-CHOICE_FIRST = (0, 8)  # seeds 0-15, or 8-23 (fresh: the ladder's seeds are 0-7)
-CHOICE_SEEDS = 16  # declared(MAIN row)
-CHOICE_FLAGS = re.compile(r"--max_iters [1-9][0-9]{0,8} --d_model [1-9][0-9]{0,5}(?: --ema (?P<ema>[0-9][0-9.e+-]{0,15}))?")
-CHOICE_DIR = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9._-]+)*/?")  # relative, no blank, no option
-
-
-def choice_problem(c, task: str, need=("first", "seeds", "flags", "reuse")) -> str:
-    """What is wrong with a choice.json's content (c, parsed) for task, in words, or "" if nothing: the keys
-    of `need` must be there, every key must be one of CHOICE_KEYS with its type, and each value one the rule
-    can write (reuse: main rows -> existing folders below the repository root)."""
-    show = lambda v: (s if len(s := json.dumps(v)) <= 40 else s[:37] + "...")
-    if not isinstance(c, dict):
-        return f"a JSON object expected, got {show(c)}"
-    if unknown := sorted(set(c) - set(CHOICE_KEYS)):
-        return f"unknown key {', '.join(map(repr, unknown))} (allowed: {', '.join(CHOICE_KEYS)})"
-    if missing := [k for k in need if k not in c]:
-        return f"key {', '.join(map(repr, missing))} missing"
-    words = {str: "a string", int: "an integer", dict: "an object"}
-    for key, typ in CHOICE_KEYS.items():
-        if key in c and (not isinstance(c[key], typ) or isinstance(c[key], bool)):
-            return f"{key!r} must be {words[typ]}, got {show(c[key])}"
-    if c.get("task", task) != task:
-        return f"'task' must be {task!r} (the folder's task), got {show(c['task'])}"
-    if c.get("rung", RUNG_NAMES[0]) not in RUNG_NAMES:
-        return f"'rung' must be one of {', '.join(RUNG_NAMES)}, got {show(c['rung'])}"
-    if c.get("first", CHOICE_FIRST[0]) not in CHOICE_FIRST:
-        return f"'first' must be {' or '.join(map(str, CHOICE_FIRST))} (the rule's first seed), got {show(c['first'])}"
-    if c.get("seeds", CHOICE_SEEDS) != CHOICE_SEEDS:
-        return f"'seeds' must be {CHOICE_SEEDS} (the declared seeds of a main row), got {show(c['seeds'])}"
-    if "flags" in c and not ((m := CHOICE_FLAGS.fullmatch(c["flags"])) and (m["ema"] is None or _decay(m["ema"]))):
-        return (f"'flags' must be '--max_iters N --d_model N', then optionally ' --ema DECAY' (0 < DECAY < 1), as "
-                f"results/ladder.py records them, got {show(c['flags'])}")
-    for row, d in c.get("reuse", {}).items():
-        if row not in MAIN:
-            return f"'reuse' names the row {row!r}: allowed {', '.join(MAIN)} (round two's rows)"
-        if not (isinstance(d, str) and CHOICE_DIR.fullmatch(d) and ".." not in d.split("/")
-                and os.path.isdir(os.path.join(ROOT, d))):
-            return (f"'reuse' of {row} must be an existing folder, relative to the repository and inside it "
-                    f"(letters, digits, . _ - /), got {show(d)}")
-    return ""
-
-
-def _decay(text: str) -> bool:
-    try:
-        return 0.0 < float(text) < 1.0
-    except ValueError:
-        return False
-
-
 def read_choice(task: str, need=("first", "seeds", "flags", "reuse", "rung", "why")):
-    """results/round2/TASK/choice.json, checked (choice_problem), or None while there is none; a damaged or
-    hand-edited one is a ValueError naming the file (one line)."""
-    path = os.path.join(ROUND2, task, "choice.json")
-    if not os.path.lexists(path):
-        return None
-    name = os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
-    try:
-        with open(path, encoding="utf-8") as f:
-            choice = json.load(f)
-    except (OSError, ValueError) as err:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-        what = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"{name}: not valid JSON or not readable ({what}); results/ladder.py writes it once: "
-                         "restore it from git") from None
-    if problem := choice_problem(choice, task, need):
-        raise ValueError(f"{name}: {problem}")
-    return choice
+    """results/round2/TASK/choice.json, checked by results/choice.py's rules, or None while there is none; a
+    damaged or hand-edited one is a ValueError naming the file (one line)."""
+    return choice.read(os.path.join(ROUND2, task, "choice.json"), task, ROOT, need)
 
 
 def round_two_claims(task: str) -> list:

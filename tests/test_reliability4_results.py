@@ -84,13 +84,14 @@ def copy_r1(tree, task="copy"):
 
 def fake_python(tmp_path):
     """A `python` first on PATH that stands in for train.py (records its command, writes eval.json) and for the
-    table scripts (records them); anything else (a check, `python -`) goes to the real interpreter."""
+    table scripts (records them); anything else (results/choice.py, `python -`) goes to the real interpreter."""
     ran = tmp_path / "ran.txt"
     fake = tmp_path / "bin" / "python"
     fake.parent.mkdir()
     fake.write_text(f'#!/usr/bin/env bash\ncase "$1" in\n'
                     f'  train.py) echo "$*" >> "{ran}"; while [ "$1" != --out_dir ]; do shift; done\n'
                     f'    mkdir -p "$2"; echo "{{}}" > "$2/eval.json"; exit 0 ;;\n'
+                    f'  results/choice.py) ;;\n'  # round2.sh's check of choice.json: the real one
                     f'  results/*.py) echo "$*" >> "{ran}"; exit 0 ;;\n'
                     f'esac\nexec "{sys.executable}" "$@"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
@@ -127,7 +128,7 @@ def files(tree) -> dict:
 
 @pytest.mark.parametrize("case", BAD)
 def test_round2_sh_refuses_a_bad_choice_in_one_line_and_trains_nothing(tmp_path, case):
-    tree = scripts(tmp_path, "round2.sh", "lanes.sh")
+    tree = scripts(tmp_path, "round2.sh", "lanes.sh", "choice.py")
     (tree / CHOICE).write_text(choice_text(case))
     r = bash(tree, "results/round2.sh", "--list", env=env())
     one_line(r, CHOICE)
@@ -150,7 +151,7 @@ def test_study_and_ladder_refuse_the_same_bad_choices(tmp_path, monkeypatch, cas
 
 
 def test_a_choice_as_the_ladder_records_it_passes_every_reader(tmp_path, monkeypatch):
-    tree = scripts(tmp_path, "round2.sh", "lanes.sh")
+    tree = scripts(tmp_path, "round2.sh", "lanes.sh", "choice.py")
     (tree / CHOICE).write_text(json.dumps(GOOD))
     r = bash(tree, "results/round2.sh", "--list", env=env())
     assert r.returncode == 0 and r.stderr == "", r.stderr
@@ -169,8 +170,9 @@ def test_a_choice_as_the_ladder_records_it_passes_every_reader(tmp_path, monkeyp
 def test_the_committed_choices_pass_and_the_rules_agree_with_the_ladder():
     for task in ("copy", "dyck"):
         assert study.read_choice(task)["task"] == task  # reads only
-    assert study.CHOICE_FIRST == (0, ladder.SEEDS) and set(study.RUNG_NAMES) == set(ladder.RUNGS)
-    assert study.CHOICE_SEEDS == len(study.declared("fixed"))
+    from results import choice
+    assert choice.FIRST == (0, ladder.SEEDS) and set(choice.RUNGS) == set(ladder.RUNGS)
+    assert choice.SEEDS == len(study.declared("fixed")) and choice.MAIN == study.MAIN
 
 
 def test_ladder_writes_its_choice_atomically(tmp_path, monkeypatch):
@@ -201,7 +203,7 @@ def test_threads_sh_refuses_a_bad_choice_before_training_anything(tmp_path):
 
 @pytest.mark.parametrize("script", ["round2.sh", "ladder.sh"])
 def test_a_queue_trains_with_its_declared_one_thread_whatever_the_caller_exports(tmp_path, script):
-    tree = scripts(tmp_path, script, "lanes.sh")
+    tree = scripts(tmp_path, script, "lanes.sh", "choice.py")
     (tree / CHOICE).write_text(json.dumps(GOOD))
     (tree / "results" / "ladder.py").write_text("")  # ladder.sh runs it if present: the fake python stands in
     ran = fake_python(tmp_path)

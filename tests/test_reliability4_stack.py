@@ -21,20 +21,12 @@ import torch
 import bench
 import train
 from lab import chunks, cli, runs
+from test_bad_inputs import snapshot  # every file under a folder with its bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6",
         "--T_test", "8", "--n_max", "6", "--c", "6", "--w", "2", "--eval_samples", "8", "--test_lengths", "3,6,8",
         "--log_interval", "5", "--eval_interval", "10", "--lr", "3e-3", "--warmup_iters", "0", "--grad_clip", "0.1"]
-
-
-def snapshot(d):
-    """Every file under d with its bytes."""
-    out = {}
-    for root, _, files in os.walk(d):
-        for f in files:
-            out[os.path.join(root, f)] = open(os.path.join(root, f), "rb").read()
-    return out
 
 
 def ckpt(path):
