@@ -253,9 +253,10 @@ def front(out: dict) -> list[str]:
     cg = sp["copy_gap"]
     f = lambda v, s=".2f": format(v, s)
     return [
-        f"- At this CPU scale a run's OOD accuracy belongs more to numerical chaos than to its seed: on dyck, reruns of one "
+        f"- On dyck at this CPU scale a run's OOD accuracy belongs more to numerical chaos than to its seed: reruns of one "
         f"seed under other rounding spread as much as different seeds (the seed's share of the variance, ICC "
-        f"{f(t['icc'], '+.2f')}, 95% interval [{f(t['icc_lo'], '+.2f')}, {f(t['icc_hi'], '+.2f')}]); " + chaos_line(),
+        f"{f(t['icc'], '+.2f')}, 95% interval [{f(t['icc_lo'], '+.2f')}, {f(t['icc_hi'], '+.2f')}], below one half); "
+        + chaos_line(),
         f"- Excluded at this scale: the paper's RL-Halting spread ratio (rl / fixed Std {f(sp['dyck']['ratio'])} "
         f"[{f(sp['dyck']['lo'])}, {f(sp['dyck']['hi'])}] on dyck's hard subset, {f(sp['copy']['ratio'])} "
         f"[{f(sp['copy']['lo'])}, {f(sp['copy']['hi'])}] on copy, against the paper's {f(sp['dyck']['paper'])} and "
