@@ -375,3 +375,5 @@ def test_the_readmes_run_output_is_what_its_committed_run_prints():
     assert (cfg["task"], cfg["schedule"], cfg["seed"], cfg["max_iters"], cfg["d_model"]) == ("dyck", "window", 0, 800, 64)
     last = [l for l in open("results/readme/dyck-window/metrics.jsonl")][-1]
     assert shown.split("```\n", 2)[1].splitlines()[0].startswith(f"step 800 | lr {__import__('json').loads(last)['lr']:.4g}")
+    two = records.load_eval("results/readme/dyck-window-2threads")  # the README's two-thread figure
+    assert two["env"]["threads"] == 2 and f"reached {two['metrics']['oracle_hard_ood']:.1f}% there" in " ".join(shown.split())
