@@ -15,7 +15,7 @@ Benchmark of a training run's hot paths, side by side in one process, as one tab
     (g) truncated backpropagation (--bptt_k, Geiping et al. 2025) against full backpropagation: time and
         peak memory of the training step; step 1's losses must agree (the same forward), later ones drift
         (the gradients differ)
-    (h) S seeds stacked into one batched program (train.py --stack S, stack.py) against S separate runs:
+    (h) S seeds stacked into one batched program (train.py --stack S, lab/stack.py) against S separate runs:
         seed-steps per second and the peak memory of a step; the per-sample depths as the active set padded
         to the largest over the seeds (the CPU's choice) and as masked compute to the chunk's deepest step
     pad the share of the linear layers' token-steps spent on padding (computed, not timed)

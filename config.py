@@ -1,8 +1,8 @@
 """
 What defines a run: its settings (Config, one flag each in train.py), the per-task CPU recipes and the
 papers' scale (RECIPES, PAPER), and how a run is built from them (build: the task, the model and the
-stop schedule, each from its own seeded random stream). train.py trains what this builds; evaluate.py
-rebuilds it from a checkpoint; tables.py groups runs by these settings.
+stop schedule, each from its own seeded random stream). train.py trains what this builds; lab/records.py
+rebuilds it from a checkpoint; lab/tables.py groups runs by these settings.
 """
 
 import dataclasses
@@ -15,7 +15,8 @@ from halting import SCHEDULES, make_schedule, settings
 from model import LoopedTransformer, ModelConfig
 import ntp
 from tasks import PAD, TASKS, get_task, task_kwargs
-from lab.cli import opt
+from lab.cli import opt  # run machinery: a field with its --help text
+
 
 @dataclass
 class Config:
@@ -90,7 +91,7 @@ class Config:
                               "much of a spread is numerical chaos (results/chaos.py); 0: off, bitwise the plain run")
     perturb_seed: int = opt(0, "the replicate J of --perturb: its noise is drawn from perturb_stream(seed, J)")
     seeds: int = opt(1, "number of seeds: runs seed..seed+seeds-1 into out_dir/seed{k}/")
-    stack: int = opt(0, "train the seeds in chunks of this many as one batched program (stack.py; 0: one at a "
+    stack: int = opt(0, "train the seeds in chunks of this many as one batched program (lab/stack.py; 0: one at a "
                         "time); each seed's run directory, numbers and checkpoints are those of its unstacked run")
     static: bool = opt(False, "with --stack: the static, sync-free step for CUDA (fixed padding, masked loops to "
                               "T_max, stats read at log time, fused AdamW; with --compile: CUDA graphs)")

@@ -671,7 +671,7 @@ class TRMHalt(HaltingHead):
     (TRM's exploration, training only). The loss is the mean of l_s over every (sample, step) supervised.
     N_sup = trm_sup, or floor(T_max / trm_steps) when 0; N_sup * trm_steps <= T_max. Test: the early exit at
     the first s with sigmoid(a_s) > 1/2 (T_test if none) is the policy; TRM's code always runs all N_sup
-    steps at test, the depth full_depth = N_sup * trm_steps, which evaluate.py reports beside it.
+    steps at test, the depth full_depth = N_sup * trm_steps, which metrics.py reports beside it.
     h(H) is the head's input: the mean over real tokens (trm_head="mean", ours), the first position (TRM's
     code, whose attention is bidirectional; under causal attention position 0 sees only token 0), or the
     last real position (the one that sees the whole input under causal attention).

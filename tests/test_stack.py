@@ -1,4 +1,4 @@
-"""--stack S (stack.py, chunks.py): stacked seed k is seed k trained alone; a NaN seed stops alone; a killed
+"""--stack S (lab/stack.py, lab/chunks.py): stacked seed k is seed k trained alone; a NaN seed stops alone; a killed
 chunk resumes bitwise; each seed's eval.json is its twin's; --static computes what the eager step does.
 The last tests break the stacking on purpose and check that the equivalence checks see it."""
 

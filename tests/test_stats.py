@@ -1,4 +1,4 @@
-"""stats.py against textbook values: Welch's t-test on the example of Welch's t-test's Wikipedia article,
+"""lab/stats.py against textbook values: Welch's t-test on the example of Welch's t-test's Wikipedia article,
 Brown-Forsythe against the same numbers computed by hand, the incomplete beta against closed forms,
 and the bootstrap interval's behaviour."""
 
