@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import config
+from foreign import ForeignLoop
 from halting import IGNORE, entropy, log_stop_distribution, make_schedule, per_sample_ce, unroll
 import metrics
 import readouts
@@ -21,24 +22,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--task", "copy", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8",
         "--eval_samples", "8", "--test_lengths", "5,12", "--log_interval", "5", "--eval_interval", "10",
         "--ckpt_interval", "10", "--max_iters", "20", "--threads", "1"]
-
-
-class Toy(torch.nn.Module):
-    """A three-method looped model: H_t = tanh(W (H_{t-1} + H_0))."""
-
-    def __init__(self, V=5, D=8):
-        super().__init__()
-        torch.manual_seed(0)
-        self.emb, self.w, self.out = torch.nn.Embedding(V, D), torch.nn.Linear(D, D), torch.nn.Linear(D, V)
-
-    def embed(self, x):
-        return self.emb(x)
-
-    def step(self, h, h0, t):
-        return torch.tanh(self.w(h + h0))
-
-    def readout(self, h):
-        return self.out(h)
 
 
 def batch(B=6, T=5, V=5):
@@ -117,7 +100,7 @@ def test_ema_leaves_training_alone_is_evaluated_and_resumes_bitwise(tmp_path, mo
 # --- 2. Fan's loss weighting -------------------------------------------------------------------------
 
 def test_token_weighting_is_one_cross_entropy_over_the_batchs_answer_tokens():
-    model, (x, y, Tn) = Toy(), batch()
+    model, (x, y, Tn) = ForeignLoop(V=5), batch()
     gen = lambda: torch.Generator().manual_seed(0)
     tok, _ = make_schedule("matched", T_max=4, loss_weight="token").loss(model, x, y, Tn, gen())
     smp, _ = make_schedule("matched", T_max=4).loss(model, x, y, Tn, gen())
@@ -136,7 +119,7 @@ def trm(**kw):
 
 
 def test_trm_supervision_steps_bce_weight_and_exploration():
-    model, (x, y, Tn) = Toy(), batch()
+    model, (x, y, Tn) = ForeignLoop(V=5), batch()
     s = trm(trm_steps=2, trm_sup=3)
     torch.nn.init.constant_(s.head.bias, -30.0)  # never halts: every sample runs all N_sup steps
     _, st = s.loss(model, x, y, Tn, torch.Generator())
@@ -211,7 +194,7 @@ def test_paper_preset_truncates_lognormal_poisson_as_huginn_and_r_bar_above_T_ma
 # --- 5. Ouro -----------------------------------------------------------------------------------------
 
 def test_ponder_uniform_prior_is_expected_loss_minus_beta_entropy():
-    model, (x, y, Tn) = Toy(), batch()
+    model, (x, y, Tn) = ForeignLoop(V=5), batch()
     s = make_schedule("ponder", T_max=5, d_model=8, beta=0.1, prior="uniform")
     loss, st = s.loss(model, x, y, Tn, torch.Generator())
     logits, hidden = unroll(model, x, 5)

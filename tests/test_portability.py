@@ -1,6 +1,7 @@
 """model.py, tasks.py, halting.py and readouts.py each work when copied alone into another project:
 each is copied into an empty folder and used there by a script that cannot import anything else of ours.
-halting.py is driven by a minimal looped model defined here (not model.py): embed / step / readout."""
+halting.py is driven by a minimal looped model of another project (tests/foreign.py, not model.py): embed /
+step / readout."""
 
 import os
 import shutil
@@ -9,23 +10,12 @@ import sys
 
 import pytest
 
+import foreign
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-TINY_LOOP = """
-import torch, torch.nn as nn
+TINY_LOOP = foreign.SOURCE + """
 torch.manual_seed(0)
-
-class TinyLoop(nn.Module):  # another project's looped model: no forward_depths, no keep_hidden
-    def __init__(self, V=6, D=8):
-        super().__init__()
-        self.emb, self.mix, self.out = nn.Embedding(V, D), nn.Linear(D, D), nn.Linear(D, V)
-    def embed(self, x):
-        return self.emb(x)
-    def step(self, h, h0, t):
-        return torch.tanh(self.mix(h + h0))
-    def readout(self, h):
-        return self.out(h)
-
 x = torch.randint(1, 6, (5, 7)); x[0, 4:] = 0  # token 0 pads the first sample
 y = torch.randint(1, 6, (5, 7)); y[:, :2] = -100
 Tn = torch.tensor([1, 2, 3, 5, 6])
@@ -36,7 +26,7 @@ SCRIPTS = {
 import halting
 knobs = dict(c=4, w=1, T_max=6, d_model=8, pad_id=0, lambda_ent=0.01, active_set=True)
 for name in halting.SCHEDULES:
-    model = TinyLoop()
+    model = ForeignLoop()
     s = halting.make_schedule(name, **{k: v for k, v in knobs.items() if k in halting.settings(name)})
     opt = torch.optim.AdamW(list(model.parameters()) + list(s.parameters()), lr=1e-2)
     for step in range(2):

@@ -1,13 +1,14 @@
 """The copy-alone contract of halting.py and readouts.py, as a stranger meets it: their own looped models
-(defined here, not model.py), arguments of the wrong dtype or values, a float64 model, a schedule on another
+(tests/foreign.py and here, not model.py), arguments of the wrong dtype or values, a float64 model, a schedule on another
 device, a model without forward_depths. Every wrong input is refused on entry with one line naming it; the
-optimised paths never call a model's step on 0 rows. Only halting, readouts and torch are imported."""
+optimised paths never call a model's step on 0 rows. Of ours, only halting and readouts are imported."""
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
+from foreign import ForeignLoop
 import halting
 import readouts
 
@@ -16,22 +17,7 @@ LEARNED = ("rl", "ponder", "act", "trm_halt")
 KNOBS = dict(c=4, w=1, T_max=6, d_model=D, pad_id=0, lambda_ent=0.01)
 
 
-class Loop(nn.Module):
-    """Another project's looped model: embed / step / readout only (no forward_depths, no keep_hidden)."""
-
-    def __init__(self, seed=0):
-        super().__init__()
-        torch.manual_seed(seed)
-        self.emb, self.mix, self.out = nn.Embedding(V, D), nn.Linear(D, D), nn.Linear(D, V)
-
-    def embed(self, x):
-        return self.emb(x)
-
-    def step(self, h, h0, t):
-        return torch.tanh(self.mix(h + h0))
-
-    def readout(self, h):
-        return self.out(h)
+Loop = ForeignLoop  # another project's looped model (tests/foreign.py): embed / step / readout only
 
 
 class RowsGuard(Loop):

@@ -187,12 +187,18 @@ def test_ladder_writes_its_choice_atomically(tmp_path, monkeypatch):
     assert json.load(open(tmp_path / "copy" / "choice.json"))["why"] == "a test"
 
 
-def test_threads_sh_refuses_a_bad_choice_before_training_anything(tmp_path):
+def threads_tree(tmp_path):
+    """A code tree for results/threads.sh: round two's choice.json for copy and dyck, the old fixed row."""
     tree = code_tree(tmp_path)
     (tree / "old" / "fixed").mkdir(parents=True)
     for task in ("copy", "dyck"):
         (tree / "results" / "round2" / task).mkdir(parents=True)
         (tree / "results" / "round2" / task / "choice.json").write_text(json.dumps(GOOD | {"task": task}))
+    return tree
+
+
+def test_threads_sh_refuses_a_bad_choice_before_training_anything(tmp_path):
+    tree = threads_tree(tmp_path)
     (tree / "results" / "round2" / "dyck" / "choice.json").write_text(json.dumps(GOOD | {"task": "dyck", "flags": "--lr 10"}))
     ran = fake_python(tmp_path)
     one_line(bash(tree, "results/threads.sh", env=env(tmp_path)), os.path.join("results", "round2", "dyck", "choice.json"))
@@ -215,11 +221,7 @@ def test_a_queue_trains_with_its_declared_one_thread_whatever_the_caller_exports
 
 
 def test_threads_sh_keeps_its_two_threads(tmp_path):
-    tree = code_tree(tmp_path)
-    (tree / "old" / "fixed").mkdir(parents=True)
-    for task in ("copy", "dyck"):
-        (tree / "results" / "round2" / task).mkdir(parents=True)
-        (tree / "results" / "round2" / task / "choice.json").write_text(json.dumps(GOOD | {"task": task}))
+    tree = threads_tree(tmp_path)
     ran = fake_python(tmp_path)
     r = bash(tree, "results/threads.sh", env=env(tmp_path, THREADS="1"))
     assert r.returncode == 0, r.stderr
