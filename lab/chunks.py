@@ -262,6 +262,8 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
         nonlocal seeds, dirs, ckpts, logs, cfgs, segments
         for s, msg in bad:
             msg = f"seed {seeds[s]}: {msg}; " + rundir.last_good(ckpts[s])
+            if gone := rundir.forget_unsaved(dirs[s]):  # before its first checkpoint: nothing left that blocks
+                msg += f"; {gone}"
             print(f"train.py: {msg}", file=sys.stderr)
             failures.append((seeds[s], msg))
         keep = [s for s in range(len(seeds)) if s not in {b for b, _ in bad}]

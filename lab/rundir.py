@@ -12,6 +12,7 @@ The run directory of train.py: every check made before a file is touched, and wh
     load_checkpoint, restore, check_ema   ckpt.pt checked before it is used: this run's settings, dtypes, shapes,
                            optimizer settings, stat sums, RNG states and EMA (one line naming the file)
     forgotten_if_unsaved   a run stopped by a non-finite loss before its first checkpoint leaves no files behind
+    forget_unsaved         the same for one seed of a stacked chunk (lab/chunks.py)
 
 A user error raises ValueError with one line (cli.run turns it into exit code 2).
 """
@@ -652,21 +653,28 @@ def save_checkpoint(path: str, ck: dict) -> None:
     atomic_write(path, lambda f: torch.save(ck, f))
 
 
+def forget_unsaved(run_dir: str) -> str:
+    """A run stopped before its first checkpoint has nothing to continue from, and its config.json and
+    metrics.jsonl would only block the corrected command (which would need --overwrite): they are removed.
+    Returns the words that say so ("" where a checkpoint exists, and nothing is removed)."""
+    if os.path.exists(os.path.join(run_dir, "ckpt.pt")):
+        return ""
+    for f in ("config.json", "metrics.jsonl"):
+        if os.path.isfile(os.path.join(run_dir, f)):
+            os.remove(os.path.join(run_dir, f))
+    return "its config.json and metrics.jsonl were removed (nothing to resume): run it again with other settings"
+
+
 @contextlib.contextmanager
 def forgotten_if_unsaved(run_dir: str):
     """Around a run's training loop: a run stopped by a non-finite loss (or weights) before its first checkpoint
-    has nothing to continue from, and its config.json and metrics.jsonl would only block the corrected command
-    (which would need --overwrite): they are removed, and the message says so."""
+    leaves no files behind (forget_unsaved), and the message says so."""
     try:
         yield
     except FloatingPointError as err:
-        if os.path.exists(os.path.join(run_dir, "ckpt.pt")):
-            raise
-        for f in ("config.json", "metrics.jsonl"):
-            if os.path.isfile(os.path.join(run_dir, f)):
-                os.remove(os.path.join(run_dir, f))
-        raise FloatingPointError(f"{err}; its config.json and metrics.jsonl were removed (nothing to resume): "
-                                 f"run it again with other settings") from None
+        if gone := forget_unsaved(run_dir):
+            raise FloatingPointError(f"{err}; {gone}") from None
+        raise
 
 
 def diverged(log_path: str, V: int):

@@ -14,7 +14,7 @@ import torch
 import config
 from tasks import train_batch
 import train
-from lab import chunks, stack
+from lab import chunks, rundir, stack
 
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
         "--n_max", "6", "--c", "6", "--w", "2", "--r_bar", "3",
@@ -166,6 +166,19 @@ def test_nan_seed_stops_alone(tmp_path, monkeypatch, capsys, static, alone):
     for k in (0, 2):
         got, want = ckpt(tmp_path / "s" / f"seed{k}" / "ckpt.pt"), ckpt(alone / f"seed{k}" / "ckpt.pt")
         assert got["step"] == want["step"] == 30 and max_diff(got["model"], want["model"]) <= 1e-5
+
+
+def test_a_seed_stopped_before_its_first_checkpoint_leaves_nothing_that_blocks(tmp_path, monkeypatch, capsys):
+    """Seed 1's loss is NaN at step 3, before the chunk's first checkpoint (step 5): its config.json and
+    metrics.jsonl are removed (as an unstacked run's are), so the corrected command needs no --overwrite."""
+    poison(monkeypatch, at=3)
+    assert run(tmp_path, "s", "--ckpt_interval", "5") == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "seed 1: non-finite loss nan at step 3; no checkpoint was written yet" in err and "removed" in err, err
+    d = tmp_path / "s" / "seed1"
+    assert not [f for f in os.listdir(d) if f in rundir.RUN_FILES], os.listdir(d)
+    for k in (0, 2):  # the others finished, their files kept
+        assert {"config.json", "metrics.jsonl", "ckpt.pt", "eval.json"} <= set(os.listdir(tmp_path / "s" / f"seed{k}"))
 
 
 def strip_clock(path):
