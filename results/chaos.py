@@ -211,6 +211,32 @@ def fmt(v, spec=".1f"):
     return "-" if v is None else format(v, spec)
 
 
+def icc_sentence(rows: dict, layers: int) -> str:
+    """The seed's share of each row's variance in words, with what its interval excludes."""
+    def one(row, v):
+        if v["icc"] is None:
+            return f"{row}: too few converged replicates for an ICC"
+        return (f"{row} {v['icc']:+.2f} [{v['icc_lo']:+.2f}, {v['icc_hi']:+.2f}], {v['verdict']}"
+                + (" (the interval excludes a seed share of one half or more)" if v["verdict"] == "chaos-driven" else
+                   " (the interval excludes a seed share of one half or less)" if v["verdict"] == "seed-driven" else
+                   " (the interval holds one half, and excludes a seed share of zero)" if v["icc_lo"] > 0 else
+                   " (the interval holds both zero and one half: neither reading is excluded)"))
+    return (f"The seed's share of the variance (ICC, {layers} replicates a seed): "
+            + "; ".join(one(row, v) for row, v in rows.items()) + ".")
+
+
+def family_sentence(fam: list) -> str:
+    """The four verdicts in words: a change only at Holm p < 0.05, else what the interval excludes."""
+    def one(t):
+        what = f"{t['variance']} variance, {t['row']} against fixed"
+        if t["verdict"] != "not detected":
+            return f"{what}: {t['verdict']} (Std ratio {t['ratio_std']:.2f}, Holm p {t['holm_p']:.3g})"
+        lo, hi = t.get("ci_lo"), t.get("ci_hi")
+        return (f"{what}: not detected (Holm p {t['holm_p']:.3g}); the interval excludes Std ratios below "
+                f"{fmt(lo, '.2f')} and above {fmt(hi, '.2f')}")
+    return "Verdicts: " + "; ".join(one(t) for t in fam) + "."
+
+
 def report(done: dict) -> tuple[list[str], dict]:
     layers = complete_layers(done)
     cpus = sorted({e["env"].get("cpu", "not recorded") for e in done.values()})
@@ -243,6 +269,7 @@ def report(done: dict) -> tuple[list[str], dict]:
         lines.append(f"| {row} | {s['runs']} / {total} | {fmt(s['mean'])} | {fmt(s['std_total'])} | {fmt(s['std_within'])} | "
                      f"{fmt(s['std_between'])} | {fmt(s['icc'], '+.2f')} [{fmt(s['icc_lo'], '+.2f')}, {fmt(s['icc_hi'], '+.2f')}] | "
                      f"{s['verdict'] or '-'} | {fmt(v['mean'])}, {fmt(v['std_total'])}, {fmt(v['icc'], '+.2f')} |")
+    lines += ["", icc_sentence(out["rows"], layers)]
     fam = family(done, layers)
     out["family"] = fam
     lines += ["", "The family (Holm over 4 tests, two-sided; exact seed-level block permutation, 2^10 patterns; "
@@ -251,6 +278,7 @@ def report(done: dict) -> tuple[list[str], dict]:
     for t in fam:
         lines.append(f"| {t['variance']} | {t['row']} / fixed | {t['ratio_std']:.2f} [{fmt(t['ci_lo'], '.2f')}, "
                      f"{fmt(t['ci_hi'], '.2f')}] | {t['p']:.3g} | {t['holm_p']:.3g} | {t['verdict']} |")
+    lines += ["", family_sentence(fam)]
     sec = secondary(done)
     out["secondary"] = sec
     if sec["pairs"]:
@@ -276,10 +304,10 @@ def plot(done: dict, layers: int, path: str) -> None:
                         mfc=("tab:blue" if converged(e) else "none") if r else "black")
         ax.set_xticks(range(len(SEEDS)), [str(k) for k in SEEDS], fontsize=7)
         ax.set_title(f"{row}")
-        ax.set_xlabel("seed (5 replicates each: black square r 0, circles 1e-6 nudges)", fontsize=7)
+        ax.set_xlabel(f"seed ({layers} replicates each: black square r 0, circles 1e-6 nudges)", fontsize=7)
     axes[0].set_ylabel(f"{NAME} (%)")
     cut = next(iter(done.values()))["metrics"].get("shortcut_hard_ood")
-    fig.suptitle("dyck: one seed, five nudged replicates (red hollow: not converged, excluded; the best shortcut "
+    fig.suptitle(f"dyck: one seed, {layers} replicates (r = 0..{layers - 1}) (red hollow: not converged, excluded; the best shortcut "
                  f"scores {cut:.1f}% on the hard subset)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

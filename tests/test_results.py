@@ -1,5 +1,7 @@
 """The committed results agree with the code that claims them."""
+import json
 import os
+import random
 
 import pytest
 
@@ -377,3 +379,38 @@ def test_the_readmes_run_output_is_what_its_committed_run_prints():
     assert shown.split("```\n", 2)[1].splitlines()[0].startswith(f"step 800 | lr {__import__('json').loads(last)['lr']:.4g}")
     two = records.load_eval("results/readme/dyck-window-2threads")  # the README's two-thread figure
     assert two["env"]["threads"] == 2 and f"reached {two['metrics']['oracle_hard_ood']:.1f}% there" in " ".join(shown.split())
+
+
+def test_the_chaos_study_analyses_complete_layers_of_converged_runs_only(tmp_path, monkeypatch):
+    """results/chaos.py on made-up runs: a layer with one run missing is not analysed (the declared fallback);
+    an unconverged run (policy_id < 99) is left out of its seed's block; a row whose replicates agree within
+    each seed while the seeds differ reads seed-driven, one where replicates scatter as much as seeds does not."""
+    from results import chaos
+    monkeypatch.setattr(chaos, "ROOT", str(tmp_path))
+    monkeypatch.setattr(chaos, "CHAOS", str(tmp_path / "results" / "chaos"))
+    rng = random.Random(0)
+
+    def write(row, k, r, y, pid=100.0):
+        d = chaos.run_dir(row, k, r)
+        os.makedirs(d)
+        m = {"oracle_hard_ood": y, "val_k_hard_ood": y, "policy_id": pid, "shortcut_hard_ood": 11.6}
+        with open(os.path.join(d, "eval.json"), "w") as f:
+            json.dump({"metrics": m, "env": {"cpu": "a cpu"}}, f)
+
+    monkeypatch.setattr(chaos, "load", lambda d: json.load(open(os.path.join(d, "eval.json")))
+                        if os.path.isfile(os.path.join(d, "eval.json")) else None)
+    for k in chaos.SEEDS:
+        for r in range(3):
+            write("fixed", k, r, 50 + 4 * (k - 100) + rng.gauss(0, 0.5))  # seed-driven
+            write("window", k, r, 70 + rng.gauss(0, 10))  # chaos only
+            if not (r == 2 and k == 109):
+                write("rl", k, r, 70 + rng.gauss(0, 10), pid=98.9 if (k, r) == (100, 1) else 100.0)
+    done = chaos.runs()
+    assert chaos.complete_layers(done) == 2  # rl seed 109 lacks r 2
+    assert chaos.blocks(done, "rl", 2)[0] == [done["rl", 100, 0]["metrics"]["oracle_hard_ood"]]  # r 1 unconverged
+    lines, out = chaos.report(done)
+    assert out["rows"]["rl"]["runs"] == 19 and out["rows"]["rl"]["of"] == 20
+    assert out["rows"]["fixed"]["verdict"] == "seed-driven" and out["rows"]["window"]["verdict"] != "seed-driven"
+    assert len(out["family"]) == 4 and all(0 < t["p"] <= 1 and t["holm_p"] >= t["p"] for t in out["family"])
+    text = "\n".join(lines)
+    assert "fixed +1.00 [+0.99, +1.00], seed-driven" in text and "excludes a seed share of one half or less" in text and "Verdicts: " in text
