@@ -152,20 +152,22 @@ def sweep(cfg, train_run, finish_run) -> None:
         take_locks(cfg, [r for part in parts for r in part], locks, world)
         if cfg.stack:
             evals, failures = chunks.train_chunks(cfg, parts, rank, world, device, finish_run)
-        for k, d in [] if cfg.stack else [part[0] for part in parts]:
-            run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
-            action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)  # --overwrite: the old files go now
-            if action == "skip":
-                print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
-                e = records.load_eval(d)
-            else:
-                print(f"run {d}: task {cfg.task}, schedule {cfg.schedule}, seed {k}, device {device}"
-                      + (f", rank {rank}/{world}" if world > 1 else "") + {"resume": f", resumed at step {start and start['step']}",
-                                                                           "restart": ", no checkpoint: started from scratch"}.get(action, ""))
-                e = train_run(run_cfg, d, device, start)
-            e["run_dir"] = d
-            print(metrics.format_run(e))
-            evals.append(e)
+        else:  # one seed at a time
+            for k, d in [part[0] for part in parts]:
+                run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
+                action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)  # --overwrite: the old files go now
+                if action == "skip":
+                    print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
+                    e = records.load_eval(d)
+                else:
+                    how = {"resume": f", resumed at step {start and start['step']}",
+                           "restart": ", no checkpoint: started from scratch"}.get(action, "")
+                    print(f"run {d}: task {cfg.task}, schedule {cfg.schedule}, seed {k}, device {device}"
+                          + (f", rank {rank}/{world}" if world > 1 else "") + how)
+                    e = train_run(run_cfg, d, device, start)
+                e["run_dir"] = d
+                print(metrics.format_run(e))
+                evals.append(e)
     if world > 1:  # rank 0 gathers every rank's results and writes the summary
         gathered = [None] * world
         dist.all_gather_object(gathered, (evals, failures))
