@@ -233,17 +233,32 @@ def declared() -> dict:
     return out
 
 
-def chaos_line() -> str:
+def upper_first(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def chaos_line(where: str = "in results/README.md") -> str:
     """The perturbation study's state (results/chaos.py), from results/chaos/chaos.json when it exists."""
     c = json.load(open(CHAOS)) if os.path.isfile(CHAOS) else {}
     if not c.get("rows"):
         done = c.get("finished", 0)
         return (f"a preregistered perturbation study measures seed against chaos directly (`results/chaos.py`; "
                 f"{done} of {c.get('declared_runs', 150)} runs so far).")
-    rows = "; ".join(f"{r} ICC {v['icc']:+.2f} [{v['icc_lo']:+.2f}, {v['icc_hi']:+.2f}], {v['verdict']}"
-                     for r, v in c["rows"].items())
+    rows = c["rows"]
+    icc = ", ".join(f"{r} {v['icc']:+.2f} [{v['icc_lo']:+.2f}, {v['icc_hi']:+.2f}]" for r, v in rows.items())
+    verdicts = {v["verdict"] for v in rows.values()}
+    reading = (f"all {verdicts.pop()}" if len(verdicts) == 1 else "; ".join(f"{r} {v['verdict']}" for r, v in rows.items()))
+    within = ", ".join(f"{v['std_within']:.1f}" for v in rows.values())
+    between = ", ".join(f"{v['std_between']:.1f}" for v in rows.values())
     part = "" if c["complete_layers"] == 5 else f", {c['complete_layers']} of 5 replicate layers so far"
-    return f"the preregistered perturbation study (`results/chaos.py`{part}): {rows}."
+    fam = c.get("family", [])
+    changed = [t for t in fam if t["verdict"] != "not detected"]
+    effect = ("; ".join(f"{t['row']} {t['verdict']} the {t['variance']} variance (Holm p {study.fmtp(t['holm_p'])})" for t in changed)
+              if changed else "a schedule's effect on either part is not detected (smallest Holm p "
+              f"{study.fmtp(min(t['holm_p'] for t in fam))}; the intervals {where})")
+    return (f"in the preregistered perturbation study (the default recipe, 1e-6 weight nudges on one CPU model; "
+            f"`results/chaos.py`{part}) the seed's share is {icc} ({reading}; within-seed Std {within} points "
+            f"against between-seed {between}), and {effect}.")
 
 
 def front(out: dict) -> list[str]:
@@ -253,9 +268,9 @@ def front(out: dict) -> list[str]:
     cg = sp["copy_gap"]
     f = lambda v, s=".2f": format(v, s)
     return [
-        f"- On dyck at this CPU scale a run's OOD accuracy belongs more to numerical chaos than to its seed: reruns of one "
-        f"seed under other rounding spread as much as different seeds (the seed's share of the variance, ICC "
-        f"{f(t['icc'], '+.2f')}, 95% interval [{f(t['icc_lo'], '+.2f')}, {f(t['icc_hi'], '+.2f')}], below one half); "
+        f"- On dyck at this CPU scale much of a run's OOD accuracy is numerical chaos: reruns of one seed under other "
+        f"rounding (the ladder's r2 runs, retrained on another CPU model) spread as much as different seeds (the seed's share of the variance, ICC "
+        f"{f(t['icc'], '+.2f')}, 95% interval [{f(t['icc_lo'], '+.2f')}, {f(t['icc_hi'], '+.2f')}]); "
         + chaos_line(),
         f"- Excluded at this scale: the paper's RL-Halting spread ratio (rl / fixed Std {f(sp['dyck']['ratio'])} "
         f"[{f(sp['dyck']['lo'])}, {f(sp['dyck']['hi'])}] on dyck's hard subset, {f(sp['copy']['ratio'])} "
@@ -279,7 +294,7 @@ def lines(out: dict) -> list[str]:
     seen = [v["runs"] for v in pw["copy_seen"].values()]
     f = lambda v, s=".1f": format(v, s)
     return ([
-        f"1. **A run's OOD accuracy is mostly not its seed's at this scale.** dyck: {t['dyck']['pairs']} twin pairs (r2 and "
+        f"1. **Much of a run's OOD accuracy is not its seed's at this scale.** dyck: {t['dyck']['pairs']} twin pairs (r2 and "
         f"rE's raw weights: the same command rerun under other rounding); within-pair SD of the hard-subset Oracle OOD "
         f"{f(t['dyck']['sd_within'])} [{f(t['dyck']['sd_within_lo'])}, {f(t['dyck']['sd_within_hi'])}], between-seed SD "
         f"{f(t['dyck']['sd_between'])}{' (its ANOVA estimate is below zero)' if t['dyck']['sd_between'] == 0 else ''}: the seed explains ICC {f(t['dyck']['icc'], '+.2f')} "
@@ -287,7 +302,8 @@ def lines(out: dict) -> list[str]:
         f"pairs rerun on another CPU model ({t['copy']['identical_pairs']} more reran on the same one, bitwise identical), ICC {f(t['copy']['icc'], '+.2f')} [{f(t['copy']['icc_lo'], '+.2f')}, {f(t['copy']['icc_hi'], '+.2f')}], "
         f"within-pair variance {f(t['copy']['within_share'], '.2f')} of the total. Two rows trained from the same seeds "
         f"correlate at r = {f(c['r'], '+.2f')} [{f(c['lo'], '+.2f')}, {f(c['hi'], '+.2f')}] over {c['row_pairs']} row "
-        f"pairs: pairing by seed explains r^2 = {f(c['share_of_variance'], '.3f')} of a row's variance.",
+        f"pairs: pairing by seed explains r^2 = {f(c['share_of_variance'], '.3f')} of a row's variance. "
+        + upper_first(chaos_line(where="below")),
         f"2. **Excluded at this scale:** the paper's RL-Halting spread ratio. rl / fixed Std at round two: dyck "
         f"{f(sp['dyck']['ratio'], '.2f')} [{f(sp['dyck']['lo'], '.2f')}, {f(sp['dyck']['hi'], '.2f')}] ({sp['dyck']['pairs']} "
         f"pairs), copy {f(sp['copy']['ratio'], '.2f')} [{f(sp['copy']['lo'], '.2f')}, {f(sp['copy']['hi'], '.2f')}] "
