@@ -155,6 +155,7 @@ def row_stats(bl: list[list[float]]) -> dict:
             "std_total": statistics.stdev(y) if len(y) > 1 else None,
             "std_within": math.sqrt(a["msw"]) if a["msw"] is not None else None,
             "std_between": math.sqrt(max(0.0, a["var_seed"])) if a.get("var_seed") is not None else None,
+            "between_negative": a.get("var_seed") is not None and a["var_seed"] < 0,  # printed 0: seeds differ less than chance
             "icc": icc, "icc_lo": a["lo"], "icc_hi": a["hi"], "verdict": verdict, "anova": a}
 
 
@@ -267,7 +268,7 @@ def report(done: dict) -> tuple[list[str], dict]:
         total = sum((row, k, r) in done for k in SEEDS for r in range(layers))
         out["rows"][row] = {**{k: s[k] for k in s if k != "anova"}, "val_k": {k: v[k] for k in v if k != "anova"}, "of": total}
         lines.append(f"| {row} | {s['runs']} / {total} | {fmt(s['mean'])} | {fmt(s['std_total'])} | {fmt(s['std_within'])} | "
-                     f"{fmt(s['std_between'])} | {fmt(s['icc'], '+.2f')} [{fmt(s['icc_lo'], '+.2f')}, {fmt(s['icc_hi'], '+.2f')}] | "
+                     f"{fmt(s['std_between'])}{' (estimate < 0)' if s['between_negative'] else ''} | {fmt(s['icc'], '+.2f')} [{fmt(s['icc_lo'], '+.2f')}, {fmt(s['icc_hi'], '+.2f')}] | "
                      f"{s['verdict'] or '-'} | {fmt(v['mean'])}, {fmt(v['std_total'])}, {fmt(v['icc'], '+.2f')} |")
     lines += ["", icc_sentence(out["rows"], layers)]
     fam = family(done, layers)

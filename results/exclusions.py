@@ -250,6 +250,9 @@ def chaos_line(where: str = "in results/README.md") -> str:
     reading = (f"all {verdicts.pop()}" if len(verdicts) == 1 else "; ".join(f"{r} {v['verdict']}" for r, v in rows.items()))
     within = ", ".join(f"{v['std_within']:.1f}" for v in rows.values())
     between = ", ".join(f"{v['std_between']:.1f}" for v in rows.values())
+    negative = [r for r, v in rows.items() if v.get("between_negative")]  # ANOVA's seed variance < 0, shown as 0
+    if negative:
+        between += f"; {' and '.join(negative)}'s ANOVA estimate of the seed variance is below zero, shown as 0"
     part = "" if c["complete_layers"] == 5 else f", {c['complete_layers']} of 5 replicate layers so far"
     fam = c.get("family", [])
     changed = [t for t in fam if t["verdict"] != "not detected"]
