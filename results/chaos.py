@@ -284,9 +284,9 @@ def report(done: dict) -> tuple[list[str], dict]:
     lines += ["", family_sentence(fam)]
     sec = secondary(done)
     out["secondary"] = sec
-    sigma = math.sqrt(statistics.fmean(v["std_within"] ** 2 for v in out["rows"].values()))  # pooled chaos Std, equal sizes
-    sec["pooled_within_std"] = sigma
-    if sec["pairs"]:
+    if sec["pairs"]:  # (the secondary runs after every layer, so every row has its within-seed Std by then)
+        sigma = math.sqrt(statistics.fmean(v["std_within"] ** 2 for v in out["rows"].values()))  # pooled chaos Std, equal sizes
+        sec["pooled_within_std"] = sigma
         lines += ["", f"Secondary (descriptive, seeds {SECONDARY[0]}-{SECONDARY[-1]} x 3 rows; {sec['runs']} runs at `--threads 2`, "
                   f"{sec['pairs']} converged twins of an r 0 run): 2 threads against 1 moves a run's hard-subset Oracle OOD by "
                   f"{fmt(sec['mean_abs_threads2'])} points on average; a 1e-6 weight nudge of the same seeds (r 1..4 against "
