@@ -43,6 +43,7 @@ from halting import log_stop_distribution, make_schedule, per_sample_ce, reinfor
 from model import LoopedTransformer, ModelConfig
 from tasks import IGNORE, PAD, TASKS, get_task, make_batch, task_kwargs, train_batch
 from lab.cli import opt, parse, run, write_json
+from lab.rundir import cpu_model
 
 MIN_RL_SAMPLES = 100  # check 3's fewest sampled tau per setting
 RTOL, ATOL = 1e-6, 1e-12  # floating-point tolerance of "lhs <= rhs" (all sums in float64)
@@ -550,11 +551,7 @@ def consistency_summary(rows: list[dict], a: str, b: str) -> list[dict]:
 
 def platform_info() -> dict:
     """Where the trained rows were computed: they depend on the CPU and its kernels, not only the seed."""
-    cpu = platform.processor()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    return {"cpu": cpu, "torch": torch.__version__, "python": platform.python_version(),
+    return {"cpu": cpu_model(), "torch": torch.__version__, "python": platform.python_version(),
             "threads": torch.get_num_threads()}
 
 
