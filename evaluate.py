@@ -5,8 +5,11 @@ post-hoc readouts of each run's frozen trajectory (readouts.py) and plots.
     python evaluate.py out/dyck-window                  # one run, or every run below a folder
     python evaluate.py results/dyck-window results/dyck-rl --paper    # the table over seeds, p-values
     python evaluate.py out/dyck-window --readouts --fit_gate linear   # post-hoc readouts (readouts.py)
+    python evaluate.py out/my-port --against results/chaos/dyck/window  # did my change keep the method?
 
-Tables go to stdout (and to --out PREFIX.md / PREFIX.json when asked); --readouts writes readouts.json
+Rows are compared as distributions of runs, the seed as the unit (lab/compare.py): the replicates of one
+seed count once. --against holds a set of new runs to a reference ensemble over a small family of metrics and
+prints one verdict, consistent (exit 0) or differs (exit 1). Tables go to stdout (and to --out PREFIX.md / PREFIX.json when asked); --readouts writes readouts.json
 into the run. What each metric means: metrics.py's docstring. The command's plumbing (eval.json on disk,
 tables, plots) lives in lab/.
 """
@@ -25,7 +28,7 @@ import torch
 import readouts
 from metrics import evaluate, format_run  # noqa: F401  (evaluate: `import evaluate; evaluate.evaluate(...)` as before)
 from tasks import PAD, eval_set, get_task, task_kwargs
-from lab import plots, rundir, tables
+from lab import compare, plots, rundir, tables
 from lab.cli import atomic_write, opt, parse, run, write_json
 from lab.records import find_runs, load_eval, load_run
 
@@ -36,6 +39,9 @@ from lab.records import find_runs, load_eval, load_run
 class Args:
     run_dirs: tuple = opt((), "run directories, or folders holding several runs", positional=True)
     paper: bool = opt(False, "show the published rows (results/paper.json) beside ours", section="tables")
+    against: tuple = opt((), "reference runs (folders): are the runs given first from the same distribution? one "
+                              "verdict over OOD, hard-subset OOD, ID, final loss, flip rate, exit depth (location "
+                              "and spread), its false-alarm rate <= 5%% calibrated on the reference; exit 1 if it differs")
     out: str = opt("", "also write the table to OUT.md and OUT.json")
     plot: str = opt("", "write PNG plots into this folder (needs matplotlib)")
     readouts: bool = opt(False, "every post-hoc readout of each run (needs ckpt.pt); writes RUN/readouts.json",
@@ -58,6 +64,8 @@ def parse_args(argv=None) -> Args:
         raise ValueError("no run directories given: python evaluate.py DIR [DIR ...]")
     if set(args.gates()) - {"linear", "mlp", "ouro"}:
         raise ValueError(f"--fit_gate {args.fit_gate!r}: choose from linear, mlp, ouro")
+    if args.against and (args.readouts or args.gates() or args.time or args.plot or args.out or args.paper):
+        raise ValueError("--against prints one verdict; run --readouts, --fit_gate, --time, --plot, --out or --paper without it")
     if args.samples < 0 or not math.isfinite(args.tol) or args.tol < 0:
         raise ValueError(f"--samples {args.samples} --tol {args.tol}: need samples >= 0 and a finite tol >= 0")
     if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
@@ -124,11 +132,33 @@ def load_readouts(path: str) -> dict:
     return rep
 
 
-def main(argv=None) -> None:
+def against(new: list, ref_dirs: list) -> int:
+    """--against: the verdict on the new runs against the reference ensemble; exit status 1 when they differ."""
+    ref = [load_eval(r) for r in find_runs(ref_dirs)]
+    for name, runs, least in (("the new runs", new, 2), ("--against", ref, 4)):
+        seeds = {e["seed"] for e in runs}
+        if len(seeds) < least:
+            raise ValueError(f"{name}: {len(runs)} runs of {len(seeds)} seeds under {' '.join(sorted({os.path.dirname(e['run_dir']) for e in runs}) or ref_dirs)}; "
+                             f"a comparison of distributions needs at least {least} seeds there")
+    tasks, grids = {e["task"] for e in new + ref}, {(tuple(e["lengths"]), e["n_max"]) for e in new + ref}
+    if len(tasks) > 1 or len(grids) > 1:
+        raise ValueError(f"--against: the runs are of {', '.join(sorted(tasks))} on {len(grids)} test grid(s); "
+                         f"compare runs of one task scored on one grid (the same --test_lengths and n_max)")
+    overlap = {os.path.realpath(e["run_dir"]) for e in new} & {os.path.realpath(e["run_dir"]) for e in ref}
+    if overlap:
+        raise ValueError(f"--against: {len(overlap)} run(s) are in both sets (e.g. {sorted(overlap)[0]}); a run cannot be its own reference")
+    r = compare.against(new, ref)
+    print("\n".join(compare.against_lines(r)))
+    return 1 if r["verdict"] == "differs" else 0
+
+
+def main(argv=None) -> int:
     args = parse_args(argv)
     evals = [load_eval(r) for r in find_runs(args.run_dirs)]
     if not evals:
         raise ValueError(f"no runs (no eval.json) under {' '.join(args.run_dirs)}")
+    if args.against:  # a verdict, nothing else
+        return against(evals, args.against)
     gates = args.gates()
     if args.readouts or gates or args.time:
         check_readouts(args, evals)

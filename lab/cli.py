@@ -63,6 +63,8 @@ def parser(cls, prog: str, doc: str = "", epilog: str = "") -> Parser:
             group.add_argument(f.name, nargs="*", help=kw["help"], default=list(f.default))
         elif isinstance(f.default, bool):
             group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, **kw)
+        elif isinstance(f.default, tuple):  # a list of values: --flag A B C
+            group.add_argument(f"--{f.name}", nargs="+", help=kw["help"], default=list(f.default))
         else:
             group.add_argument(f"--{f.name}", type=type(f.default), choices=f.metadata.get("choices"), **kw)
     return p
@@ -116,7 +118,7 @@ def run(main, prog: str, argv=None) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on Ctrl-C is a KeyboardInterrupt
     printable_streams()
     try:
-        main(argv)
+        rc = main(argv)
     except ValueError as err:
         if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank checks the same input: one line
             print(f"{prog}: error: {err}", file=sys.stderr)
@@ -132,7 +134,7 @@ def run(main, prog: str, argv=None) -> int:
         with sigint_ignored(restore=argv is not None):
             print(f"{prog}: {str(err) or 'interrupted'}", file=sys.stderr)
         return 130
-    return 0
+    return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0  # a verdict's exit code (evaluate --against)
 
 
 def no_arguments(prog: str) -> None:

@@ -101,7 +101,17 @@ def brown_forsythe(*groups) -> dict:
 
 def bootstrap_std(a, n_boot: int = 10_000, seed: int = 0) -> dict:
     """Sample standard deviation (ddof 1) and its percentile bootstrap 95% interval (resampling seeds with
-    replacement, a fixed generator: the same numbers every time)."""
+    replacement, a fixed generator: the same numbers every time). a: one value a seed, or one list a seed (its
+    --perturb replicates: the Std is over all runs, the resampling draws a seed's runs together)."""
+    if len(a) and isinstance(a[0], (list, tuple, np.ndarray)):
+        cl = [np.asarray(c, float) for c in a]
+        y = np.concatenate(cl)
+        if len(y) < 2:
+            return {"std": None, "lo": None, "hi": None}
+        idx = np.random.default_rng(seed).integers(0, len(cl), (n_boot, len(cl)))
+        boots = [np.concatenate([cl[i] for i in row]).std(ddof=1) for row in idx]
+        lo, hi = np.percentile(boots, [2.5, 97.5])
+        return {"std": float(y.std(ddof=1)), "lo": float(lo), "hi": float(hi)}
     a = np.asarray(a, float)
     if len(a) < 2:
         return {"std": None, "lo": None, "hi": None}
@@ -260,7 +270,7 @@ def f_quantile(q: float, d1: float, d2: float) -> float:
     return (lo + hi) / 2
 
 
-def anova_icc(groups) -> dict:
+def anova_icc(groups, interval: bool = True) -> dict:
     """One-way random-effects ANOVA of y_sr = mu + a_s + e_sr (groups: one list of replicates per seed, sizes may
     differ) and the intraclass correlation ICC(1) = s_a^2 / (s_a^2 + s_e^2), the share of the variance that is
     the seed's. With k seeds, N runs, n0 = (N - sum_s n_s^2 / N) / (k - 1) (n0 = n when balanced):
@@ -282,6 +292,8 @@ def anova_icc(groups) -> dict:
     if msw == 0:  # no chaos at all: every seed's replicates agree exactly
         return {**out, "F": math.inf, "icc": 1.0 if msb > 0 else None, "lo": 1.0 if msb > 0 else None, "hi": 1.0 if msb > 0 else None}
     F = msb / msw
+    if not interval:  # the point estimate alone (no F quantiles: stats.effective_runs, many times over)
+        return {**out, "F": float(F), "icc": float((msb - msw) / (msb + (n0 - 1) * msw)), "lo": None, "hi": None}
     fl, fu = F / f_quantile(0.975, k - 1, N - k), F * f_quantile(0.975, N - k, k - 1)
     return {**out, "F": float(F), "icc": float((msb - msw) / (msb + (n0 - 1) * msw)),
             "lo": float((fl - 1) / (fl + n0 - 1)), "hi": float((fu - 1) / (fu + n0 - 1))}
@@ -344,3 +356,112 @@ def block_interval(a, b, var, n_boot: int = 10_000, seed: int = 0) -> dict:
         return {"lo": None, "hi": None}
     lo, hi = np.percentile(boots, [2.5, 97.5])
     return {"lo": float(lo), "hi": float(hi)}
+
+
+# --- two sets of runs, the seed as the unit (evaluate.py's comparisons and --against) ---------------------
+# A set of runs is a list of clusters: per seed, the values of its runs (one, or several --perturb replicates).
+# Replicates of one seed are not independent draws, so every test below treats a seed's runs as one unit.
+
+def cluster_means(clusters) -> np.ndarray:
+    return np.array([np.mean(c) for c in clusters if len(c)], float)
+
+
+def cluster_welch(a, b) -> dict:
+    """Welch's t-test on the seeds' means (a seed with replicates counts once). The difference of the means
+    of seed means with its 95% interval diff +- t_{.975, df} se, two-sided p, and what the test detects with 80%
+    power at these counts: (t_{.975, df} + t_{.80, df}) se (normal approximation of the noncentral t)."""
+    ma, mb = cluster_means(a), cluster_means(b)
+    if len(ma) < 2 or len(mb) < 2:
+        return {"diff": None, "lo": None, "hi": None, "p": None, "detectable": None}
+    w = welch(ma, mb)
+    diff, se = float(ma.mean() - mb.mean()), math.sqrt(ma.var(ddof=1) / len(ma) + mb.var(ddof=1) / len(mb))
+    if se == 0:
+        return {"diff": diff, "lo": diff, "hi": diff, "p": w["p"], "detectable": 0.0}
+    t975, t80 = t_quantile(0.05, w["df"]), t_quantile(0.40, w["df"])  # two-sided 5%; one-sided 20%
+    return {"diff": diff, "lo": diff - t975 * se, "hi": diff + t975 * se, "p": w["p"], "df": w["df"],
+            "detectable": (t975 + t80) * se}
+
+
+def run_var(clusters) -> float:
+    """The variance (ddof 1) of every run of the clusters: the spread a user sees from run to run."""
+    y = np.concatenate([np.asarray(c, float) for c in clusters])
+    return float(y.var(ddof=1)) if len(y) > 1 else math.nan
+
+
+def _assignments(c: int, ca: int, n_perm: int, seed: int) -> np.ndarray:
+    """Which ca of c clusters go to the first set: every choice when there are at most n_perm, else n_perm
+    random ones (a fixed generator) with the observed one first."""
+    if math.comb(c, ca) <= n_perm:
+        rows = [m for m in range(2 ** c) if bin(m).count("1") == ca] if c <= 20 else []
+        if rows:
+            return ((np.array(rows)[:, None] >> np.arange(c)) & 1).astype(bool)
+    rng = np.random.default_rng(seed)
+    keys = rng.random((n_perm, c)).argsort(axis=1) < ca
+    return np.vstack([np.arange(c) < ca, keys])
+
+
+def cluster_spread(a, b, n_perm: int = 4999, seed: int = 0, alpha: float = 0.05) -> dict:
+    """Is the run-to-run spread of set a different from b's? Statistic T = log(var(a) / var(b)), the variances
+    over runs (run_var). p: a permutation test that moves whole seeds between the sets (each set's runs first
+    centred at its own mean, so a difference of means does not count as spread); two-sided, 2 min(Pr(T* >= T),
+    Pr(T* <= T)). Interval of the Std ratio sd(a) / sd(b): every ratio r the same test does not reject at alpha
+    once a's deviations are divided by r (test inversion, by bisection on log r); it covers at its nominal
+    rate where the centred seeds are exchangeable (tests/test_stats.py checks it by simulation)."""
+    A = [np.asarray(c, float) for c in a if len(c)]
+    B = [np.asarray(c, float) for c in b if len(c)]
+    if len(A) < 2 or len(B) < 2 or sum(map(len, A)) < 3 or sum(map(len, B)) < 3:
+        return {"ratio": None, "lo": None, "hi": None, "p": None}
+    ma, mb = np.concatenate(A).mean(), np.concatenate(B).mean()
+    A, B = [c - ma for c in A], [c - mb for c in B]
+    sizes = np.array([len(c) for c in A + B], float)
+    M = _assignments(len(A) + len(B), len(A), n_perm, seed).astype(float)
+
+    def p_at(log_r: float) -> float:  # the permutation p of H0: sd(a) = r sd(b), with r = exp(log_r)
+        cl = [c / math.exp(log_r) for c in A] + B
+        s1, s2 = np.array([c.sum() for c in cl]), np.array([(c ** 2).sum() for c in cl])
+        def var(m):  # per assignment row: the runs' variance of the clusters it selects
+            n, s, q = m @ sizes, m @ s1, m @ s2
+            return (q - s ** 2 / n) / (n - 1)
+        va, vb = var(M), var(1 - M)
+        if not (va[0] > 0 and vb[0] > 0):
+            return 1.0
+        t = np.log(np.maximum(va, 1e-300) / np.maximum(vb, 1e-300))
+        return float(min(1.0, 2 * min((t >= t[0] - 1e-12).mean(), (t <= t[0] + 1e-12).mean())))
+
+    va, vb = run_var(A), run_var(B)
+    if not (va > 0 and vb > 0):
+        return {"ratio": None, "lo": None, "hi": None, "p": None}
+    est = 0.5 * math.log(va / vb)
+
+    def edge(step: float) -> float:  # the last log ratio on one side of est that the test does not reject
+        inside, outside = est, est + step
+        while p_at(outside) > alpha:
+            inside, outside = outside, outside + step
+            if abs(outside - est) > 20:
+                return math.copysign(math.inf, step)
+        for _ in range(30):
+            mid = (inside + outside) / 2
+            inside, outside = (mid, outside) if p_at(mid) > alpha else (inside, mid)
+        return inside
+
+    lo, hi = edge(-0.5), edge(0.5)
+    return {"ratio": math.exp(est), "lo": math.exp(lo), "hi": math.exp(hi), "p": p_at(0.0),
+            "exact": math.comb(len(A) + len(B), len(A)) <= n_perm}
+
+
+def effective_runs(clusters) -> float:
+    """How many independent runs the clusters are worth: N / (1 + (m - 1) ICC), m the mean runs a seed, ICC
+    the seed's share of the variance (stats.anova_icc, at least 0); N where every seed has one run."""
+    N, k = sum(len(c) for c in clusters), sum(1 for c in clusters if len(c))
+    if N == k:
+        return float(N)
+    icc = anova_icc(clusters, interval=False)["icc"]
+    return N / (1 + (N / k - 1) * max(0.0, icc if icc is not None else 1.0))
+
+
+def detectable_ratio(na: float, nb: float, power: float = 0.8, alpha: float = 0.05) -> float | None:
+    """The Std ratio an F test of two normal samples of na and nb runs finds with the given power (two-sided
+    alpha): sd ratio r with Pr(F(na-1, nb-1) > F_{1-alpha/2} / r^2) = power, r = sqrt(F_{1-alpha/2} / F_{1-power})."""
+    if na < 2 or nb < 2:
+        return None
+    return math.sqrt(f_quantile(1 - alpha / 2, na - 1, nb - 1) / f_quantile(1 - power, na - 1, nb - 1))

@@ -27,7 +27,7 @@ from halting import SCHEDULES, settings
 import metrics
 import ntp
 from tasks import TASKS
-from lab import stats
+from lab import compare, stats
 from lab.cli import fmt
 
 # --perturb replicates of one seed are runs of the same experiment: a row holds them all (replicate())
@@ -105,13 +105,14 @@ def table_row(evals: list[dict]) -> dict:
         vals = [m[key] for m in ms if m.get(key) is not None]
         return statistics.fmean(vals) if vals else None
 
-    spread = stats.bootstrap_std(per_seed)
     by_seed = {}
     for e in evals:
         if e["metrics"]["oracle_ood"] is not None:
             by_seed.setdefault(e["seed"], []).append(e["metrics"]["oracle_ood"])
     # --perturb replicates: the pooled within-seed Std, sqrt(sum_s sum_r (y_sr - ybar_s)^2 / sum_s (R_s - 1))
     dof = sum(len(v) - 1 for v in by_seed.values())
+    # the Std's interval resamples seeds: with replicates, a seed's runs are drawn together (one cluster)
+    spread = stats.bootstrap_std(list(by_seed.values()) if dof else per_seed)
     within = {"replicates": True, "n_seeds": len(by_seed), "within_seed_std": math.sqrt(sum(
         (y - statistics.fmean(v)) ** 2 for v in by_seed.values() for y in v) / dof) if dof else None} if dof else {}
     return {**within, "task": evals[0]["task"], "schedule": evals[0]["schedule"], "seeds": len(evals),
@@ -154,19 +155,18 @@ def paper_rows() -> list[dict]:
         return [{**r, "setting": f"{r['setting']} (paper)"} for r in json.load(f)["rows"]]
 
 
-def comparisons(rows: list[dict]) -> list[str]:
-    """One line per pair of rows of the same task: Welch p (means) and Brown-Forsythe p (spreads) of the
-    per-seed Oracle OOD and val-K OOD."""
+def comparisons(rows: list[dict], groups: list[list[dict]]) -> list[str]:
+    """Per pair of rows of the same task, the two as distributions of runs, the seed as the unit (a seed's
+    --perturb replicates count once): means, difference, Std ratio, each with its 95% interval and p, and what
+    the counts detect (lab/compare.py). Oracle OOD, and the hard subset's where the task has one."""
     lines = []
-    for i, a in enumerate(rows):
-        for b in rows[i + 1:]:
-            if a["task"] != b["task"] or min(a["seeds"], b["seeds"]) < 2:
+    for i, (a, ga) in enumerate(zip(rows, groups)):
+        for b, gb in zip(rows[i + 1:], groups[i + 1:]):
+            if a["task"] != b["task"] or min(len({e["seed"] for e in ga}), len({e["seed"] for e in gb})) < 2:
                 continue
-            parts = []
-            for key, name in (("per_seed_oracle_ood", "Oracle OOD"), ("per_seed_val_k_ood", "val-K OOD")):
-                c = stats.compare(a[key], b[key])
-                parts.append(f"{name}: Welch p = {fmt(c['welch_p'], '.3g')}, Brown-Forsythe p = {fmt(c['bf_p'], '.3g')}")
-            lines.append(f"{a['task']}: {a['setting']} ({a['seeds']}) vs {b['setting']} ({b['seeds']}): " + "; ".join(parts))
+            keys = [("oracle_ood", "Oracle OOD")] + ([("oracle_hard_ood", "hard-subset Oracle OOD")]
+                                                       if a.get("oracle_hard_ood") is not None else [])
+            lines += compare.pair_lines(f"{a['task']} {a['setting']}", ga, b["setting"], gb, keys)
     return lines
 
 
@@ -186,7 +186,7 @@ def table(groups: dict, paper: bool = False):
         lines += [format_row(p, hard) for p in published if (p["task"], p["setting"]) == (r["task"], r["setting"] + " (paper)")]
     ours = {(r["task"], r["setting"] + " (paper)") for r in rows}
     lines += [format_row(p, hard) for p in published if p["task"] in {r["task"] for r in rows} and (p["task"], p["setting"]) not in ours]
-    lines += [""] + comparisons(rows) if len(rows) > 1 else []
+    lines += [""] + comparisons(rows, list(groups.values())) if len(rows) > 1 else []
     return "\n".join(lines), rows
 
 
