@@ -5,9 +5,10 @@ post-hoc readouts of each run's frozen trajectory (readouts.py) and plots.
     python evaluate.py out/dyck-window                  # one run, or every run below a folder
     python evaluate.py results/dyck-window results/dyck-rl --paper    # the table over seeds, p-values
     python evaluate.py out/dyck-window --readouts --fit_gate linear   # post-hoc readouts (readouts.py)
+    python evaluate.py results/chaos/dyck --html dyck.html            # one page: every run at every depth
 
 Tables go to stdout (and to --out PREFIX.md / PREFIX.json when asked); --readouts writes readouts.json
-into the run. What each metric means: metrics.py's docstring. The command's plumbing (eval.json on disk,
+into the run; --html writes the depth explorer page (lab/explorer.py) instead of the tables. What each metric means: metrics.py's docstring. The command's plumbing (eval.json on disk,
 tables, plots) lives in lab/.
 """
 
@@ -25,7 +26,7 @@ import torch
 import readouts
 from metrics import evaluate, format_run  # noqa: F401  (evaluate: `import evaluate; evaluate.evaluate(...)` as before)
 from tasks import PAD, eval_set, get_task, task_kwargs
-from lab import plots, rundir, tables
+from lab import explorer, plots, rundir, tables
 from lab.cli import atomic_write, opt, parse, run, write_json
 from lab.records import find_runs, load_eval, load_run
 
@@ -38,6 +39,8 @@ class Args:
     paper: bool = opt(False, "show the published rows (results/paper.json) beside ours", section="tables")
     out: str = opt("", "also write the table to OUT.md and OUT.json")
     plot: str = opt("", "write PNG plots into this folder (needs matplotlib)")
+    html: str = opt("", "write the depth explorer, one self-contained HTML page of acc[n][K] of every run (one task), "
+                        "to this file instead of the tables (lab/explorer.py)")
     readouts: bool = opt(False, "every post-hoc readout of each run (needs ckpt.pt); writes RUN/readouts.json",
                          section="readouts")
     fit_gate: str = opt("", "comma-separated gates to fit on the frozen trajectory: linear, mlp (PonderNet objective), "
@@ -68,6 +71,14 @@ def parse_args(argv=None) -> Args:
     for target in (args.out and [f"{args.out}.md", f"{args.out}.json"]) or []:
         if os.path.basename(target) in rundir.OWN_FILES:
             raise ValueError(f"--out {args.out!r}: would write {target}, the name of a run's own file; choose another prefix")
+    if args.html:
+        folder = os.path.dirname(os.path.abspath(args.html))
+        if os.path.isdir(args.html) or not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            raise ValueError(f"--html {args.html!r}: a folder, or its folder does not exist or is not writable")
+        if os.path.basename(args.html) in rundir.OWN_FILES:
+            raise ValueError(f"--html {args.html!r}: the name of a run's own file; choose another name")
+        if args.out or args.plot or args.paper or args.readouts or args.gates() or args.time:
+            raise ValueError("--html writes the page alone: run the tables, plots or readouts without it")
     if args.plot:  # created if missing (when the plots are drawn): its nearest existing parent must be writable
         p = os.path.abspath(args.plot)
         while not os.path.lexists(p):
@@ -129,6 +140,10 @@ def main(argv=None) -> None:
     evals = [load_eval(r) for r in find_runs(args.run_dirs)]
     if not evals:
         raise ValueError(f"no runs (no eval.json) under {' '.join(args.run_dirs)}")
+    if args.html:  # the depth explorer in place of the tables
+        explorer.write(args.html, evals, " ".join(args.run_dirs))
+        print(f"html: {args.html} ({len(evals)} runs, {os.path.getsize(args.html) / 1e6:.2f} MB)")
+        return
     gates = args.gates()
     if args.readouts or gates or args.time:
         check_readouts(args, evals)
