@@ -1,7 +1,8 @@
 """
 The depth explorer: `python evaluate.py DIR... --html FILE` writes one self-contained page that shows what a
 looped model does at every depth. Its object is acc[n][K] (metrics.py): exact match at every test length n
-and loop count K. Three views, picked by tabs or by the URL's hash (`FILE#view=run&run=3&cmp=5`):
+and loop count K. Three views, picked by tabs or by the URL's hash (`FILE#view=run&run=3&cmp=5`;
+`&tip=i,j` hovers a cell, for a screenshot or a test):
 
     runs     every run as a point per schedule: Oracle / val-K / policy OOD on all samples and on the hard
              subset, the spread over runs visible; a click opens the run, shift-click compares with it
@@ -13,7 +14,7 @@ and loop count K. Three views, picked by tabs or by the URL's hash (`FILE#view=r
              hard ones first) with input, target and the model's answer at every K, right or wrong
 
 Plain HTML, SVG and a short inline script rather than plotly: the page of the 169 runs of results/chaos/dyck
-is about 1.5 MB where plotly's bundle alone is 3.5 MB; it needs no dependency and no network (it opens from
+is about 0.9 MB where plotly's bundle alone is 3.5 MB; it needs no dependency and no network (it opens from
 disk), and the whole viewer reads in this file. The page holds only what the views draw, rounded to 3
 decimals. Notation as in metrics.py: n length, K loop count, T_test the deepest K, n_max the longest
 training length.
@@ -103,13 +104,12 @@ def write(path: str, evals: list, title: str) -> None:
 
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>depth explorer</title><style>
-body{font:13px system-ui,sans-serif;margin:10px 16px;color:#222} h2{margin:4px 0} h3{margin:14px 0 2px;font-size:14px}
+body{font:13px system-ui,sans-serif;margin:10px 16px;color:#222} h2{margin:4px 0}
 nav{margin:8px 0 10px} nav a,.len a{margin-right:6px;padding:3px 9px;border-radius:4px;text-decoration:none;color:#333;background:#e8e8ee;cursor:pointer}
 nav a.on,.len a.on{background:#334;color:#fff} section{display:none} section.on{display:block} .note{color:#555;margin:3px 0}
 #tip{position:fixed;pointer-events:none;background:#fff;border:1px solid #888;padding:4px 7px;display:none;box-shadow:1px 1px 4px #0003}
-.pair{display:flex;gap:12px;flex-wrap:wrap;align-items:flex-start} svg text{font-size:11px;fill:#333}
-.smp{display:inline-block;vertical-align:top;width:660px;margin:0 14px 14px 0;font:12px monospace}
-.lab{display:inline-block;width:78px;color:#666} .r{background:#c6eac6}.w{background:#f5b8b8} #js-error{color:#b00;font-weight:bold}
+.pair{display:flex;gap:12px;flex-wrap:wrap;align-items:flex-start} svg text{font-size:11px;fill:#333} .smp{display:inline-block;vertical-align:top;width:660px;margin:0 14px 14px 0;font:12px monospace}
+.lab{display:inline-block;width:78px;color:#666} .r{background:#c6eac6}.w{background:#f29a9a;color:#800;font-weight:bold} #js-error{color:#b00;font-weight:bold}
 </style></head><body><script>window.onerror = function (m) {  // an error marker a test finds in the DOM
   const p = document.createElement('p'); p.id = 'js-error'; p.textContent = 'script error: ' + m; document.body.prepend(p); };</script>
 <h2 id="title"></h2><p class="note" id="about"></p>
@@ -134,7 +134,7 @@ function read() {
   if (!R[S.run]) S.run = 0; if (!R[S.cmp]) S.cmp = null;
   S.view = ['runs', 'run', 'sample'].includes(S.view) ? S.view : 'runs'; S.m = S.m || 'oracle';
 }
-function go(ch) { location.hash = Object.entries({...S, ...ch}).filter(e => e[1] != null).map(e => e.join('=')).join('&'); }
+function go(ch) { location.hash = Object.entries({...S, tip: null, ...ch}).filter(e => e[1] != null).map(e => e.join('=')).join('&'); }
 
 // one heatmap: rows n, columns K; w the cell width; marks: the ID/OOD line, policy depth, oracle depth, stable K
 function heat(r, ri, which, M, colour, title, w, marks) {
@@ -204,7 +204,7 @@ function strip(key, title, cut) {  // every run a point, jittered within its sch
 function runsView() {
   const m = S.m, name = {oracle: 'Oracle', val_k: 'val-K', policy: 'policy'}[m] || m;
   $('runs').innerHTML = `<p>metric <select id=pick-m>${['oracle', 'val_k', 'policy'].map(k => `<option ${k == m ? 'selected' : ''}>${k}</option>`).join('')}</select>
-    <span class=note>click a point: open that run; shift-click: compare with it. Black bar: the mean over the column's runs.</span></p><div class=pair>` +
+    <span class=note>click a point: open that run (pink); shift-click: compare with it (orange). Black bar: the mean of the column.</span></p><div class=pair>` +
     strip(m + '_ood', name + ' OOD, all samples', 'shortcut_ood') + (R.some(r => r.hard) ? strip(m + '_hard_ood', name + ' OOD, hard subset', 'shortcut_hard_ood') : '') + '</div>';
 }
 function sampleView() {
@@ -228,6 +228,11 @@ function sampleView() {
 function draw() {
   read(); runsView(); runView(); sampleView();
   for (const v of ['runs', 'run', 'sample']) { $(v).classList.toggle('on', v == S.view); $('tab-' + v).classList.toggle('on', v == S.view); $(v).dataset.ready = 1; }
+  const c = S.tip && $('run').querySelector(`rect[data-i="${S.tip.split(',')[0]}"][data-j="${S.tip.split(',')[1]}"]`);
+  if (c) {  // #tip=i,j: hover the cell (row i, column j) of the run's first heatmap, for a screenshot or a test
+    const b = c.getBoundingClientRect();
+    c.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: b.x + b.width / 2, clientY: b.y + b.height / 2}));
+  }
 }
 document.addEventListener('change', ev => {
   const v = ev.target.value, id = ev.target.id;
@@ -250,7 +255,7 @@ document.addEventListener('mousemove', ev => {
 });
 $('title').textContent = `depth explorer: ${D.task}, ${R.length} run${R.length > 1 ? 's' : ''}`;
 const k = R.filter(r => r.samples).length;
-$('about').textContent = `from ${D.title}. ` + (k ? `${k} of ${R.length} runs have a ckpt.pt: the samples view shows their answers at every K.`
+$('about').textContent = `from ${D.title}. ` + (k ? `${k} of ${R.length} run${R.length > 1 ? 's' : ''} with a ckpt.pt: the samples view shows their answers at every K.`
   : 'No run has a ckpt.pt: the across-runs and run views only.');
 window.addEventListener('hashchange', draw); draw();
 </script></body></html>

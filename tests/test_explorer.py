@@ -122,11 +122,17 @@ def test_the_page_runs_in_a_browser(tmp_path, tiny):
     assert len(re.findall(r'data-i="\d+"', dom)) == len(t["n"]) * len(t["K"]) * (1 + (t["hard"] is not None))
     assert dom.count('class="smp"') == 4  # the tiny run's 4 samples of length 3
     assert '<section id="sample" class="on"' in dom  # the hash picked the view
-    # two runs and their difference; the committed runs alone have no sample view, and the page says so
-    path2, _, _ = export(tmp_path, *COMMITTED)
-    r = chromium(tmp_path, f"file://{path2}#view=run&run=2&cmp=1", "--dump-dom")
+    # two runs and their difference, a hovered cell (#tip=i,j: row n = 40, column K = 4); the committed runs alone
+    # have no sample view, and the page says so
+    path2, _, data2 = export(tmp_path, *COMMITTED)
+    url = f"file://{path2}#view=run&run=2&cmp=1&tip=8,3"
+    r = chromium(tmp_path, url, "--dump-dom")
     no_script_error(r)
     assert "B - A" in r.stdout and 'id="no-samples"' in r.stdout
+    w = data2["runs"][2]
+    tip = r.stdout.split('<div id="tip"', 1)[1].split("</div>", 1)[0]
+    assert "display: block" in tip and "n = 40 (OOD), K = 4" in tip, tip
+    assert f"accuracy <b>{100 * w['acc'][8][3]:.1f}%</b>" in tip and f"best shortcut at n: {100 * w['cut'][8]:.1f}%" in tip, tip
     shot = tmp_path / "shot.png"
-    no_script_error(chromium(tmp_path, f"file://{path2}#view=run&run=2&cmp=1", f"--screenshot={shot}", "--window-size=1400,1000"))
+    no_script_error(chromium(tmp_path, url, f"--screenshot={shot}", "--window-size=1400,1000"))
     assert open(shot, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000  # drawn, not blank
