@@ -11,13 +11,12 @@ and loop count K. Three views, picked by tabs or by the URL's hash (`FILE#view=r
              K per length, outlined) and the stable interval (how many K reach 90%); hovering a cell gives
              accuracy, n, K and the best shortcut's score at n; a second run beside it, and their difference
     sample   runs with a ckpt.pt only: a few fixed test samples of one length (eval.json's own test set,
-             hard ones first) with input, target and the model's answer at every K, right or wrong
+             half of them hard) with input, target and the model's answer at every K, right or wrong
 
 Plain HTML, SVG and a short inline script rather than plotly: the page of the 169 runs of results/chaos/dyck
 is about 0.9 MB where plotly's bundle alone is 3.5 MB; it needs no dependency and no network (it opens from
 disk), and the whole viewer reads in this file. The page holds only what the views draw, rounded to 3
-decimals. Notation as in metrics.py: n length, K loop count, T_test the deepest K, n_max the longest
-training length.
+decimals. Notation as in metrics.py: n length, K loop count (1..T_test), n_max the longest training length.
 """
 
 import json
@@ -139,7 +138,7 @@ function go(ch) { location.hash = Object.entries({...S, tip: null, ...ch}).filte
 // one heatmap: rows n, columns K; w the cell width; marks: the ID/OOD line, policy depth, oracle depth, stable K
 function heat(r, ri, which, M, colour, title, w, marks) {
   const L = 40, T = 32, H = 17, nK = r.K.length, i0 = r.n.filter(n => n <= r.n_max).length, X = j => L + j * w;
-  let s = `<svg width=${X(nK) + 70} height=${T + r.n.length * H + 8} data-run=${ri} data-which=${which}>` +
+  let s = `<svg width=${Math.max(X(nK) + 70, 240)} height=${T + r.n.length * H + 8} data-run=${ri} data-which=${which}>` +
     `<text x=${L} y=11 font-weight=bold>${title}</text><text x=${X(nK) + 4} y=${T - 5}>${marks ? 'stable K' : ''}</text>` +
     `<text x=${L - 5} y=${T - 5} text-anchor=end>n↓ K→</text>`;
   r.K.forEach((k, j) => { if (k == r.K[0] || k % 5 == 0) s += `<text x=${X(j) + w / 2} y=${T - 5} text-anchor=middle>${k}</text>`; });
@@ -165,46 +164,48 @@ function runView() {
   const about = r => `<b>${r.dir}</b>: ${r.group}, seed ${r.seed}; ID ${num(r.sum.policy_id)}, Oracle OOD ${num(r.sum.oracle_ood)}` +
     (r.hard ? `, hard-subset Oracle OOD ${num(r.sum.oracle_hard_ood)} (shortcut ${num(r.sum.shortcut_hard_ood)})` : '');
   s += `<p class=note>A: ${about(a)}</p>` + (b ? `<p class=note>B: ${about(b)}</p>` : '');
-  // one run: its two heatmaps side by side; two runs: a row per matrix with A, B and B - A
-  s += b ? '' : '<div class=pair>';
-  for (const k of ['acc', 'hard']) {
-    if (!a[k]) continue;
-    const name = k == 'acc' ? 'all samples' : 'hard subset';
-    s += b ? '<div class=pair>' : '';
-    s += heat(a, S.run, k, a[k], acc, (b ? 'A: ' : '') + name, w, true);
-    if (b && b[k]) s += heat(b, S.cmp, k, b[k], acc, 'B: ' + name, w, true) +
-      (same(a, b) ? heat(a, S.run, 'd' + k, minus(a[k], b[k]), diff, 'B - A (blue: B better by up to 50 pp)', w, false) : '<p class=note>B - A: the runs were tested on different grids</p>');
-    s += b ? '</div>' : '';
+  for (const row of b ? [['acc'], ['hard']] : [['acc', 'hard']]) {  // one run: its heatmaps side by side; two: A, B, B - A a row
+    s += '<div class=pair>';
+    for (const k of row.filter(k => a[k])) {
+      const name = k == 'acc' ? 'all samples' : 'hard subset';
+      s += heat(a, S.run, k, a[k], acc, (b ? 'A: ' : '') + name, w, true);
+      if (b && b[k]) s += heat(b, S.cmp, k, b[k], acc, 'B: ' + name, w, true) + (same(a, b) ? heat(a, S.run, 'd' + k,
+        minus(a[k], b[k]), diff, 'B - A (blue: B better)', w, false) : '<p class=note>B - A: the runs were tested on different grids</p>');
+    }
+    s += '</div>';
   }
-  s += b ? '' : '</div>';
   const bar = `<svg width=120 height=10><defs><linearGradient id=vir>${VIRIDIS.map((c, i) => `<stop offset=${i / 4} stop-color="rgb(${c})" />`).join('')}` +
     '</linearGradient></defs><rect width=120 height=10 fill="url(#vir)" /></svg>';
   $('run').innerHTML = s + `<p class=note>Colour: accuracy 0 ${bar} 100%. White dot: the schedule's test-time depth ` +
     `(mean over the samples); pink box: the oracle depth (best K); dashed line: n_max = ${a.n_max}, OOD lengths below it; ` +
-    `right column: the stable interval (how many K give at least 90%). Hover a cell for its numbers.</p>`;
+    `right column: the stable interval (how many K give at least 90%). ${b ? 'B - A: full colour at 50 pp. ' : ''}Hover a cell for its numbers.</p>`;
 }
 function strip(key, title, cut) {  // every run a point, jittered within its schedule's column; mean and spread below
-  const groups = [...new Set(R.map(r => r.group))], GW = 170, H = 300, T = 24, Y = v => T + (1 - v / 100) * (H - T - 50);
+  const groups = [...new Set(R.map(r => r.group))], H = 320, T = 24, Y = v => T + (1 - v / 100) * (H - T - 74);
+  const GW = Math.min(170, ((groups.length > 3 ? 1300 : 660) - 60) / groups.length);  // a column's width: two panels a row fit 3
   let s = `<svg width=${60 + groups.length * GW} height=${H} data-points=1><text x=50 y=12 font-weight=bold>${title}</text>`;
   for (const v of [0, 25, 50, 75, 100]) s += `<line x1=50 x2=${50 + groups.length * GW} y1=${Y(v)} y2=${Y(v)} stroke=#e4e4e4 /><text x=44 y=${Y(v) + 4} text-anchor=end>${v}%</text>`;
   const c = R.map(r => r.sum[cut]).find(v => v != null);  // fixed test sets: every run has the same shortcut score
   if (c != null) s += `<line x1=50 x2=${50 + groups.length * GW} y1=${Y(c)} y2=${Y(c)} stroke=#c00 stroke-dasharray=5,4 /><text x=52 y=${Y(c) - 3} fill=#c00>best shortcut ${c.toFixed(1)}%</text>`;
   groups.forEach((g, gi) => {
     const x0 = 50 + gi * GW + GW / 2, pts = R.map((r, ri) => [r.sum[key], ri]).filter(p => p[0] != null && R[p[1]].group == g);
+    const on = p => p[1] === S.run || p[1] === S.cmp;  // the runs open in the run view, drawn last (on top)
+    pts.sort((p, q) => on(p) - on(q));
     const vs = pts.map(p => p[0]), mean = vs.reduce((a, b) => a + b, 0) / (vs.length || 1);
     const sd = Math.sqrt(vs.reduce((a, v) => a + (v - mean) ** 2, 0) / Math.max(1, vs.length - 1));
-    for (const [v, ri] of pts) s += `<circle cx=${x0 + ((ri * 37) % 61 - 30) * 1.8} cy=${Y(v)} r=${ri === S.run || ri === S.cmp ? 5.5 : 3.5} ` +
+    for (const [v, ri] of pts) s += `<circle cx=${x0 + ((ri * 37) % 61 - 30) / 30 * 0.3 * GW} cy=${Y(v)} r=${ri === S.run || ri === S.cmp ? 5.5 : 3.5} ` +
       `fill="${ri === S.run ? '#e8178a' : ri === S.cmp ? '#f28e00' : '#3b528b'}" fill-opacity=.75 data-ri=${ri} data-v=${v} style=cursor:pointer />`;
-    if (vs.length) s += `<line x1=${x0 - 60} x2=${x0 + 60} y1=${Y(mean)} y2=${Y(mean)} stroke=#000 stroke-width=2 />`;
-    s += `<text x=${x0} y=${H - 30} text-anchor=middle font-weight=bold>${g}</text><text x=${x0} y=${H - 14} text-anchor=middle>` +
-      (vs.length ? `${vs.length} runs, mean ${mean.toFixed(1)}, sd ${sd.toFixed(1)}` : 'no value') + '</text>';
+    if (vs.length) s += `<line x1=${x0 - 0.35 * GW} x2=${x0 + 0.35 * GW} y1=${Y(mean)} y2=${Y(mean)} stroke=#000 stroke-width=2 />`;
+    const [sched, ...knobs] = g.split(' '), lines = [sched, knobs.join(' '), `${vs.length} run${vs.length == 1 ? '' : 's'}`,
+      vs.length ? mean.toFixed(1) + (vs.length > 1 ? ' ± ' + sd.toFixed(1) : '') : '-'];  // the label, then runs, mean ± sd
+    lines.forEach((l, i) => s += `<text x=${x0} y=${H - 48 + 13 * i} text-anchor=middle ${i ? '' : 'font-weight=bold'}>${l}</text>`);
   });
   return s + '</svg>';
 }
 function runsView() {
   const m = S.m, name = {oracle: 'Oracle', val_k: 'val-K', policy: 'policy'}[m] || m;
   $('runs').innerHTML = `<p>metric <select id=pick-m>${['oracle', 'val_k', 'policy'].map(k => `<option ${k == m ? 'selected' : ''}>${k}</option>`).join('')}</select>
-    <span class=note>click a point: open that run (pink); shift-click: compare with it (orange). Black bar: the mean of the column.</span></p><div class=pair>` +
+    <span class=note>click a point: open that run (pink); shift-click: compare with it (orange). Black bar: the mean of the column; below it, mean ± sd.</span></p><div class=pair>` +
     strip(m + '_ood', name + ' OOD, all samples', 'shortcut_ood') + (R.some(r => r.hard) ? strip(m + '_hard_ood', name + ' OOD, hard subset', 'shortcut_hard_ood') : '') + '</div>';
 }
 function sampleView() {
@@ -230,14 +231,12 @@ function draw() {
   for (const v of ['runs', 'run', 'sample']) { $(v).classList.toggle('on', v == S.view); $('tab-' + v).classList.toggle('on', v == S.view); $(v).dataset.ready = 1; }
   const c = S.tip && $('run').querySelector(`rect[data-i="${S.tip.split(',')[0]}"][data-j="${S.tip.split(',')[1]}"]`);
   if (c) {  // #tip=i,j: hover the cell (row i, column j) of the run's first heatmap, for a screenshot or a test
-    const b = c.getBoundingClientRect();
-    c.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: b.x + b.width / 2, clientY: b.y + b.height / 2}));
+    const b = c.getBoundingClientRect(), at = {bubbles: true, clientX: b.x + b.width / 2, clientY: b.y + b.height / 2};
+    c.dispatchEvent(new MouseEvent('mousemove', at));
   }
 }
-document.addEventListener('change', ev => {
-  const v = ev.target.value, id = ev.target.id;
-  if (id == 'pick-m') go({m: v}); else if (id == 'pick-run' || id == 'pick-srun') go({run: +v}); else if (id == 'pick-cmp') go({cmp: v === '' ? null : +v});
-});
+document.addEventListener('change', ev => { const v = ev.target.value, id = ev.target.id;  // the selects
+  go(id == 'pick-m' ? {m: v} : id == 'pick-cmp' ? {cmp: v === '' ? null : +v} : {run: +v}); });
 document.addEventListener('click', ev => { const ri = ev.target.dataset && ev.target.dataset.ri; if (ri != null) go(ev.shiftKey ? {cmp: +ri} : {view: 'run', run: +ri}); });
 document.addEventListener('mousemove', ev => {
   const t = ev.target, g = t.closest && t.closest('svg'), tip = $('tip');
@@ -253,9 +252,9 @@ document.addEventListener('mousemove', ev => {
   tip.style.display = h ? 'block' : 'none'; tip.innerHTML = h;
   tip.style.left = Math.min(ev.clientX + 14, innerWidth - 340) + 'px'; tip.style.top = ev.clientY + 14 + 'px';
 });
-$('title').textContent = `depth explorer: ${D.task}, ${R.length} run${R.length > 1 ? 's' : ''}`;
-const k = R.filter(r => r.samples).length;
-$('about').textContent = `from ${D.title}. ` + (k ? `${k} of ${R.length} run${R.length > 1 ? 's' : ''} with a ckpt.pt: the samples view shows their answers at every K.`
+const k = R.filter(r => r.samples).length, runs = `run${R.length > 1 ? 's' : ''}`;
+$('title').textContent = `depth explorer: ${D.task}, ${R.length} ${runs}`;
+$('about').textContent = `from ${D.title}. ` + (k ? `${k} of ${R.length} ${runs} with a ckpt.pt: the samples view shows their answers at every K.`
   : 'No run has a ckpt.pt: the across-runs and run views only.');
 window.addEventListener('hashchange', draw); draw();
 </script></body></html>

@@ -21,8 +21,8 @@ shot() {  # PNG name, page#hash, window height
 }
 # run 129 is results/chaos/dyck/window/seed102/r0, run 64 rl/seed102/r0 (the page's order: find_runs, sorted);
 # tip=8,3 hovers n = 40, K = 4
-shot runs.png "chaos-dyck.html#view=runs&run=129&cmp=64" 420
+shot runs.png "chaos-dyck.html#view=runs&run=129&cmp=64" 440
 shot run.png "chaos-dyck.html#view=run&run=129&tip=8,3" 440
-shot compare.png "chaos-dyck.html#view=run&run=129&cmp=64" 720
+shot compare.png "chaos-dyck.html#view=run&run=129&cmp=64" 730
 shot sample.png "dyck-short.html#view=sample&n=55" 535
 ls -l results/explorer/*.png
