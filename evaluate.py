@@ -8,8 +8,8 @@ post-hoc readouts of each run's frozen trajectory (readouts.py) and plots.
     python evaluate.py results/chaos/dyck --html dyck.html            # one page: every run at every depth
 
 Tables go to stdout (and to --out PREFIX.md / PREFIX.json when asked); --readouts writes readouts.json
-into the run; --html writes the depth explorer page (lab/explorer.py) instead of the tables. What each metric means: metrics.py's docstring. The command's plumbing (eval.json on disk,
-tables, plots) lives in lab/.
+into the run; --html writes the depth explorer (lab/explorer.py) in place of the tables. What each metric
+means: metrics.py's docstring. The command's plumbing (eval.json on disk, tables, plots, the page) lives in lab/.
 """
 
 from lab.cli import ctrl_c_at_start  # run machinery: a Ctrl-C while torch loads is one line, exit 130
@@ -73,8 +73,10 @@ def parse_args(argv=None) -> Args:
             raise ValueError(f"--out {args.out!r}: would write {target}, the name of a run's own file; choose another prefix")
     if args.html:
         folder = os.path.dirname(os.path.abspath(args.html))
-        if os.path.isdir(args.html) or not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
-            raise ValueError(f"--html {args.html!r}: a folder, or its folder does not exist or is not writable")
+        if os.path.isdir(args.html):
+            raise ValueError(f"--html {args.html!r}: a folder; name the page's file, e.g. {os.path.join(args.html, 'runs.html')}")
+        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            raise ValueError(f"--html {args.html!r}: its folder does not exist or is not writable")
         if os.path.basename(args.html) in rundir.OWN_FILES:
             raise ValueError(f"--html {args.html!r}: the name of a run's own file; choose another name")
         if args.out or args.plot or args.paper or args.readouts or args.gates() or args.time:

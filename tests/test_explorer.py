@@ -68,7 +68,8 @@ def test_the_chaos_study_fits_in_a_small_page(tmp_path):
     assert len(data["runs"]) >= 150 and len(html.encode()) < 2_000_000  # 169 runs: about 0.9 MB
 
 
-@pytest.mark.parametrize("case", ["empty", "mixed", "damaged", "no folder", "own file", "with --out"])
+@pytest.mark.parametrize("case", ["empty", "mixed", "damaged", "no folder", "a folder", "own file",
+                                  "with --out"])
 def test_bad_input_is_one_line_and_no_file(tmp_path, capsys, case):
     page, runs = tmp_path / "page.html", tmp_path / "runs"
     os.makedirs(runs / "a")
@@ -82,6 +83,7 @@ def test_bad_input_is_one_line_and_no_file(tmp_path, capsys, case):
     else:
         shutil.copy(os.path.join(COMMITTED[2], "eval.json"), runs / "a")
     args = {"empty": [str(runs / "a" / "x")], "no folder": ["--html", str(tmp_path / "nope" / "page.html")],
+            "a folder": ["--html", str(tmp_path)],
             "own file": ["--html", str(tmp_path / "eval.json")], "with --out": ["--out", str(tmp_path / "t")]}.get(case, [])
     if case == "empty":
         os.makedirs(runs / "a" / "x")
@@ -89,7 +91,7 @@ def test_bad_input_is_one_line_and_no_file(tmp_path, capsys, case):
     assert evaluate.cli(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("evaluate.py: error: "), err
-    expect = {"empty": "no runs", "mixed": "one task a page", "damaged": "malformed eval.json", "no folder": "not writable",
+    expect = {"empty": "no runs", "mixed": "one task a page", "damaged": "malformed eval.json", "no folder": "not writable", "a folder": "a folder; name the page's file",
               "own file": "a run's own file", "with --out": "writes the page alone"}[case]
     assert expect in err, err
     assert not page.exists() and not (tmp_path / "eval.json").exists() and os.listdir(tmp_path) == ["runs"]
