@@ -31,7 +31,7 @@ from lab.records import load_run
 SAMPLES = 6  # test samples per length in the sample view, half of them from the hard subset where there is one
 
 
-def r3(v):
+def r3(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
@@ -60,7 +60,7 @@ def run_data(e: dict) -> dict:
                                               "policy_hard_ood", "shortcut_ood", "shortcut_hard_ood", "policy_id")}}
 
 
-def sample_data(e: dict):
+def sample_data(e: dict) -> dict | None:
     """{n: [sample]} of a run with a ckpt.pt, None without one: SAMPLES samples of each length of the fixed test
     set eval.json was scored on (tasks.eval_set with the run's eval_seed), each with its input, target, policy
     depth, right/wrong at every K ("0110..") and its answers as segments [K_first, K_last, tokens] of equal answers."""
