@@ -98,7 +98,7 @@ def write(path: str, evals: list, title: str) -> None:
                          f"name the folders of one task")
     runs = [run_data(e) | {"samples": sample_data(e)} for e in evals]
     data = json.dumps({"task": evals[0]["task"], "title": title, "runs": runs}, separators=(",", ":"))
-    html = PAGE.replace("/*DATA*/", data.replace("</", "<\\/"))  # "</script>" inside a string would end the block
+    html = PAGE.replace("/*DATA*/", data.replace("<", "\\u003c"))  # a "</script>" or "<!--" in a string would end the block
     atomic_write(path, lambda f: f.write(html.encode()))
 
 
@@ -119,7 +119,7 @@ const D = JSON.parse(document.getElementById('data').textContent), R = D.runs, $
 const pct = v => v == null ? '-' : (100 * v).toFixed(1) + '%', num = v => v == null ? '-' : v.toFixed(1) + '%';
 const esc = t => String(t).replace(/&/g, '&amp;').replace(/</g, '&lt;');  // a token or a path as text, never as markup
 const join = a => a.map(esc).join(a.every(t => t.length == 1) ? '' : ' ');  // one-character tokens without spaces
-R.forEach(r => { r.dir = esc(r.dir); r.group = esc(r.group); });
+R.forEach(r => { r.dir = esc(r.dir); r.group = esc(r.group); r.cutname = r.cutname.map(c => c && esc(c)); r.cut_hard_name = r.cut_hard_name && esc(r.cut_hard_name); });
 const VIRIDIS = [[68,1,84],[59,82,139],[33,145,140],[94,201,98],[253,231,37]];
 function mix(stops, t) {  // t in [0, 1] along the colour stops
   const u = Math.max(0, Math.min(1, t)) * (stops.length - 1), i = Math.min(Math.floor(u), stops.length - 2), f = u - i;

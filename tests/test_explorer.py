@@ -27,7 +27,7 @@ needs_browser = pytest.mark.skipif(BROWSER is None, reason="no chromium binary (
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> str:
-    out = str(tmp_path_factory.mktemp("tiny"))
+    out = str(tmp_path_factory.mktemp("tiny") / "<b>tiny</b><!--")  # markup in a path is shown as text
     train.main(["--out_dir", out, *TINY])
     return out
 
@@ -124,6 +124,7 @@ def test_the_page_runs_in_a_browser(tmp_path, tiny):
     assert len(re.findall(r'data-i="\d+"', dom)) == len(t["n"]) * len(t["K"]) * (1 + (t["hard"] is not None))
     assert dom.count('class="smp"') == 4  # the tiny run's 4 samples of length 3
     assert '<section id="sample" class="on"' in dom  # the hash picked the view
+    assert "&lt;b&gt;tiny&lt;/b&gt;&lt;!--" in dom and "<b>tiny" not in dom  # the run's path as text, not markup
     # two runs and their difference, a hovered cell (#tip=i,j: row n = 40, column K = 4); the committed runs alone
     # have no sample view, and the page says so
     path2, _, data2 = export(tmp_path, *COMMITTED)
