@@ -6,12 +6,14 @@ post-hoc readouts of each run's frozen trajectory (readouts.py) and plots.
     python evaluate.py results/dyck-window results/dyck-rl --paper    # the table over seeds, p-values
     python evaluate.py out/dyck-window --readouts --fit_gate linear   # post-hoc readouts (readouts.py)
     python evaluate.py out/my-port --against results/chaos/dyck/window  # did my change keep the method?
+    python evaluate.py results/chaos/dyck --html dyck.html            # one page: every run at every depth
 
 Rows are compared as distributions of runs, the seed as the unit (lab/compare.py): the replicates of one
 seed count once. --against holds a set of new runs to a reference ensemble over a small family of metrics and
-prints one verdict, consistent (exit 0) or differs (exit 1). Tables go to stdout (and to --out PREFIX.md / PREFIX.json when asked); --readouts writes readouts.json
-into the run. What each metric means: metrics.py's docstring. The command's plumbing (eval.json on disk,
-tables, plots) lives in lab/.
+prints one verdict, consistent (exit 0) or differs (exit 1). Tables go to stdout (and to --out PREFIX.md /
+PREFIX.json when asked); --readouts writes readouts.json into the run; --html writes the depth explorer
+(lab/explorer.py) in place of the tables. What each metric means: metrics.py's docstring. The command's
+plumbing (eval.json on disk, tables, comparisons, plots, the page) lives in lab/.
 """
 
 from lab.cli import ctrl_c_at_start  # run machinery: a Ctrl-C while torch loads is one line, exit 130
@@ -28,7 +30,7 @@ import torch
 import readouts
 from metrics import evaluate, format_run  # noqa: F401  (evaluate: `import evaluate; evaluate.evaluate(...)` as before)
 from tasks import PAD, eval_set, get_task, task_kwargs
-from lab import compare, plots, rundir, tables
+from lab import compare, explorer, plots, rundir, tables
 from lab.cli import atomic_write, opt, parse, run, write_json
 from lab.records import find_runs, load_eval, load_run
 
@@ -44,6 +46,8 @@ class Args:
                               "and spread), its false-alarm rate <= 5%% calibrated on the reference; exit 1 if it differs")
     out: str = opt("", "also write the table to OUT.md and OUT.json")
     plot: str = opt("", "write PNG plots into this folder (needs matplotlib)")
+    html: str = opt("", "write the depth explorer, one self-contained HTML page of acc[n][K] of every run (one task), "
+                        "to this file instead of the tables (lab/explorer.py)")
     readouts: bool = opt(False, "every post-hoc readout of each run (needs ckpt.pt); writes RUN/readouts.json",
                          section="readouts")
     fit_gate: str = opt("", "comma-separated gates to fit on the frozen trajectory: linear, mlp (PonderNet objective), "
@@ -64,8 +68,8 @@ def parse_args(argv=None) -> Args:
         raise ValueError("no run directories given: python evaluate.py DIR [DIR ...]")
     if set(args.gates()) - {"linear", "mlp", "ouro"}:
         raise ValueError(f"--fit_gate {args.fit_gate!r}: choose from linear, mlp, ouro")
-    if args.against and (args.readouts or args.gates() or args.time or args.plot or args.out or args.paper):
-        raise ValueError("--against prints one verdict; run --readouts, --fit_gate, --time, --plot, --out or --paper without it")
+    if args.against and (args.readouts or args.gates() or args.time or args.plot or args.out or args.paper or args.html):
+        raise ValueError("--against prints one verdict; run --readouts, --fit_gate, --time, --plot, --out, --paper or --html without it")
     if args.samples < 0 or not math.isfinite(args.tol) or args.tol < 0:
         raise ValueError(f"--samples {args.samples} --tol {args.tol}: need samples >= 0 and a finite tol >= 0")
     if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
@@ -76,6 +80,16 @@ def parse_args(argv=None) -> Args:
     for target in (args.out and [f"{args.out}.md", f"{args.out}.json"]) or []:
         if os.path.basename(target) in rundir.OWN_FILES:
             raise ValueError(f"--out {args.out!r}: would write {target}, the name of a run's own file; choose another prefix")
+    if args.html:
+        folder = os.path.dirname(os.path.abspath(args.html))
+        if os.path.isdir(args.html):
+            raise ValueError(f"--html {args.html!r}: a folder; name the page's file, e.g. {os.path.join(args.html, 'runs.html')}")
+        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            raise ValueError(f"--html {args.html!r}: its folder does not exist or is not writable")
+        if os.path.basename(args.html) in rundir.OWN_FILES:
+            raise ValueError(f"--html {args.html!r}: the name of a run's own file; choose another name")
+        if args.out or args.plot or args.paper or args.readouts or args.gates() or args.time:
+            raise ValueError("--html writes the page alone: run the tables, plots or readouts without it")
     if args.plot:  # created if missing (when the plots are drawn): its nearest existing parent must be writable
         p = os.path.abspath(args.plot)
         while not os.path.lexists(p):
@@ -159,6 +173,10 @@ def main(argv=None) -> int:
         raise ValueError(f"no runs (no eval.json) under {' '.join(args.run_dirs)}")
     if args.against:  # a verdict, nothing else
         return against(evals, args.against)
+    if args.html:  # the depth explorer in place of the tables
+        explorer.write(args.html, evals, " ".join(args.run_dirs))
+        print(f"html: {args.html} ({len(evals)} runs, {os.path.getsize(args.html) / 1e6:.2f} MB)")
+        return
     gates = args.gates()
     if args.readouts or gates or args.time:
         check_readouts(args, evals)

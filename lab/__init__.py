@@ -10,7 +10,9 @@ method; all of it is needed to run it safely, at scale and reproducibly, and to 
     chunks.py    the stacked chunk's training loop, each seed with its own run directory
     tables.py    tables over seeds (one row per experiment)
     stats.py     tests over seeds: paired and unpaired, spreads, Holm, the ICC of replicates
+    compare.py   two sets of runs as distributions, the seed as the unit; evaluate.py --against's verdict
     plots.py     optional PNG plots (matplotlib)
+    explorer.py  evaluate.py --html: one self-contained page of acc[n][K] for every run
 
 Every import of the lab says so (`from lab import rundir`); the root's concept files never import it.
 """

@@ -11,7 +11,7 @@ COMMANDS = {"train", "evaluate", "theory_checks", "bench"}
 # the floors, bottom first: a module may import only from its own floor's predecessors (and lab/cli's helper opt
 # is below config, which defines the settings every lab file reads)
 FLOORS = [COPY_ALONE, {"metrics"}, {"lab.cli"}, {"config"},
-          {"lab.stats", "lab.plots", "lab.stack"}, {"lab.rundir", "lab.tables"}, {"lab.records"}, {"lab.chunks"},
+          {"lab.stats", "lab.plots", "lab.stack"}, {"lab.compare"}, {"lab.rundir", "lab.tables"}, {"lab.records"}, {"lab.chunks", "lab.explorer"},
           {"lab.runs"}, COMMANDS - {"bench"}, {"bench"}]
 
 
