@@ -20,13 +20,13 @@ A user error raises ValueError with one line (cli.run turns it into exit code 2)
 import contextlib
 import dataclasses
 import fcntl
-import json
 import math
 import os
 import platform
 import re
 import shutil
 import socket
+import stat
 import subprocess
 
 import torch
@@ -37,12 +37,12 @@ import metrics
 import ntp
 from tasks import get_task, task_kwargs
 from lab import stack
-from lab.cli import atomic_write, write_json
+from lab.cli import atomic_write, parse_json, read_json, temp_file, write_json
 
 RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
 OWN_FILES = RUN_FILES + ("summary.json",)  # every file the project writes into a run or sweep folder
-# the temp file of an interrupted atomic write of one of them (cli.atomic_write: NAME.tmpPID)
-OWN_TEMP = re.compile(r"^(" + "|".join(re.escape(f) for f in OWN_FILES) + r")\.tmp(\d+)$")
+# the temp file of an interrupted atomic write of one of them (cli.temp_file: NAME.tmpPID or NAME.tmpPID.N)
+OWN_TEMP = re.compile(r"^(" + "|".join(re.escape(f) for f in OWN_FILES) + r")\.tmp(\d+)(\.\d+)?$")
 # settings that may differ when a run is resumed: they change how it is computed (device, threads, bf16
 # autocast on CUDA, compile: the rounding, as a reduction order does), or nothing, but not what is trained
 HARMLESS = {"threads", "device", "amp", "compile", "eval_batch_size", "log_interval", "eval_interval",
@@ -259,14 +259,6 @@ def check_memory(cfg, task, n_longest: int, device: str, n_lengths: int = 1) -> 
 
 
 # --- the state of a run directory ---------------------------------------------------------------------
-
-def read_json(path: str):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: unreadable ({err})") from None
-
 
 def saved_settings(path: str, saved) -> dict:
     """The settings a run file records (config.json itself, eval.json's "config"): one line naming the file if it
@@ -501,7 +493,7 @@ def log_lines(path: str, step: int) -> list[str]:
                 line = line.decode()
             except UnicodeDecodeError:
                 raise ValueError("not UTF-8 text") from None
-            rec = json.loads(line)
+            rec = parse_json(line)
             if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
                 raise ValueError("no integer 'step'")
         except ValueError as err:
@@ -680,8 +672,8 @@ def forgotten_if_unsaved(run_dir: str):
 def diverged(log_path: str, V: int):
     """A final training loss above 2 ln V, twice that of guessing uniformly (where training starts), means the
     run diverged: the last and the first logged loss, in words; None otherwise."""
-    lines = [json.loads(line) for line in open(log_path)] if os.path.isfile(log_path) else []
-    losses = [(r["step"], r["loss"]) for r in lines if isinstance(r.get("loss"), (int, float))]
+    lines = [parse_json(line) for line in open(log_path)] if os.path.isfile(log_path) else []
+    losses = [(r["step"], r["loss"]) for r in lines if isinstance(r, dict) and isinstance(r.get("loss"), (int, float))]
     if not losses or not losses[-1][1] > 2 * math.log(V):
         return None
     return f"loss {losses[0][1]:.3g} at step {losses[0][0]}, {losses[-1][1]:.3g} at step {losses[-1][0]}"

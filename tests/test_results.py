@@ -286,6 +286,7 @@ def test_round2_sh_trains_the_declared_runs_it_cannot_reuse(tmp_path):
     (tmp_path / "results").mkdir()
     for name in ("round2.sh", "choice.py"):  # round2.sh checks choice.json with results/choice.py
         shutil.copy(os.path.join(study.ROOT, "results", name), tmp_path / "results" / name)
+    shutil.copytree(os.path.join(study.ROOT, "lab"), tmp_path / "lab")  # choice.py's JSON reader: lab/cli.py
     for k in (0, 1, 2):
         (tmp_path / "old" / "fixed" / f"seed{k}").mkdir(parents=True)
         (tmp_path / "old" / "fixed" / f"seed{k}" / "eval.json").write_text("{}")
