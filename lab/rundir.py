@@ -529,7 +529,7 @@ class Lock:
         try:
             os.makedirs(self.d, exist_ok=True)
             while self.fd is None:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = self.open()
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -550,6 +550,23 @@ class Lock:
             if m and not (int(m.group(2)) != os.getpid() and alive(int(m.group(2)))):
                 os.remove(os.path.join(self.d, f))
         return self
+
+    def open(self) -> int:
+        """.lock, opened (created if missing) without following a symlink: a .lock that is a link, or a file with
+        other names (a hard link), could be anyone's file, and writing our name into it would destroy it."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError:
+            if os.path.islink(self.path):
+                raise ValueError(f"--out_dir {self.d}: its lock {self.path} is a symlink (to {os.readlink(self.path)}); "
+                                 f"a run's lock is its own file: remove the link") from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            raise ValueError(f"--out_dir {self.d}: its lock {self.path} is not a file of its own (a hard link, or not a "
+                             f"regular file); remove it")
+        return fd
 
     def __exit__(self, *exc):
         try:
