@@ -62,18 +62,10 @@ def parse_args(argv=None) -> Args:
         raise ValueError(f"--samples {args.samples} --tol {args.tol}: need samples >= 0 and a finite tol >= 0")
     if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
         raise ValueError(f"--device {args.device}: not available here; use cpu" + (", cuda" if torch.cuda.is_available() else ""))
-    if args.out and not (os.path.isdir(os.path.dirname(os.path.abspath(args.out))) and
-                         os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK)):
-        raise ValueError(f"--out {args.out!r}: its folder does not exist or is not writable")
     for target in (args.out and [f"{args.out}.md", f"{args.out}.json"]) or []:
-        if os.path.basename(target) in rundir.OWN_FILES:
-            raise ValueError(f"--out {args.out!r}: would write {target}, the name of a run's own file; choose another prefix")
-    if args.plot:  # created if missing (when the plots are drawn): its nearest existing parent must be writable
-        p = os.path.abspath(args.plot)
-        while not os.path.lexists(p):
-            p = os.path.dirname(p)
-        if not (os.path.isdir(p) and os.access(p, os.W_OK)):
-            raise ValueError(f"--plot {args.plot!r}: {p} is not a writable folder")
+        rundir.check_output("--out", target)  # never a run's own file (--out RUN/eval), a file that can be created
+    if args.plot:  # created if missing (when the plots are drawn)
+        rundir.check_output("--plot", args.plot, folder=True)
     return args
 
 

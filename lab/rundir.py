@@ -6,7 +6,10 @@ The run directory of train.py: every check made before a file is touched, and wh
                            finished run, or restart one killed before its first checkpoint. Refuses to
                            replace a run (unless --overwrite) or to resume one with other settings.
     Lock(dir)              an exclusive OS lock (fcntl.flock): a second process on the same run directory
-                           stops (exit 2); the lock dies with its process, however it dies
+                           stops (exit 2); the lock dies with its process, however it dies; a linked .lock
+                           is refused
+    check_output(flag, p)  an output flag's file (--out, --json, --plot): never a run's own file, in a folder
+                           where a file can really be created
     environment()          versions, hardware and git commit, recorded in config.json and eval.json
     log_lines(path, step)  metrics.jsonl up to a checkpoint's step; a torn last line is dropped
     load_checkpoint, restore, check_ema   ckpt.pt checked before it is used: this run's settings, dtypes, shapes,
@@ -379,6 +382,36 @@ def check_out_dir(d: str) -> None:
         raise ValueError(f"--out_dir {d}: cannot write there ({p} is a file, not a directory)")
     if os.path.lexists(p) and not os.access(p, os.W_OK):
         raise ValueError(f"--out_dir {d}: cannot write there ({p} is not writable)")
+
+
+def creatable(folder: str) -> bool:
+    """Whether a file can really be created in folder: a test file, created and removed (os.access answers yes
+    to root on a read-only file system or in /proc)."""
+    try:
+        f, tmp = temp_file(os.path.join(folder, ".write-test"))
+        f.close()
+        os.remove(tmp)
+        return True
+    except OSError:
+        return False
+
+
+def check_output(flag: str, path: str, folder: bool = False) -> None:
+    """An output a command writes when asked (evaluate.py --out and --plot, bench.py --json, theory_checks.py
+    --json), checked before any work: never a run's own file (OWN_FILES: a finished run's record would be
+    replaced), a file (a folder with folder=True, created if missing) where one can really be created."""
+    if not folder and os.path.basename(path) in OWN_FILES:
+        raise ValueError(f"{flag} {path!r}: {os.path.basename(path)} is the name of a run's own file "
+                         f"({', '.join(OWN_FILES)}), which it would replace; choose another name")
+    if not folder and os.path.isdir(path):
+        raise ValueError(f"{flag} {path!r}: is a folder; name a file")
+    p = os.path.abspath(path) if folder else os.path.dirname(os.path.abspath(path))
+    while folder and not os.path.lexists(p):  # a folder is created if missing: its nearest existing parent
+        p = os.path.dirname(p)
+    if not os.path.isdir(p):
+        raise ValueError(f"{flag} {path!r}: {p} is not a writable folder ({'not a folder' if os.path.lexists(p) else 'missing'})")
+    if not creatable(p):
+        raise ValueError(f"{flag} {path!r}: {p} is not a writable folder (a file cannot be created there)")
 
 
 def check_folder(cfg, out_dir: str, ours: set) -> None:
