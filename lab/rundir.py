@@ -54,6 +54,10 @@ MAX_SEED = 2 ** 32 - 1
 # the loss weights of the schedules: above this, the task loss is swamped and float32 overflows (--tau_act 1e308
 # made the loss inf at step 1); the papers use 1e-3 .. 1
 LOSS_WEIGHTS, MAX_WEIGHT = ("lambda_ent", "beta", "tau_act", "trm_bce"), 1e6
+# --perturb multiplies each float32 weight by fl(1 + EPS * N): 1 + x rounds to 1 when |x| <= 2^-24 (half the spacing
+# of float32 just above 1, 2^-23), so below EPS = 2^-24 a weight changes only where |N| > 1 / (2^24 EPS): at 1e-9 none
+MIN_PERTURB = 2.0 ** -24
+MAX_THREADS = 1024  # torch.set_num_threads takes a C int; more threads than this is a typo
 
 
 def cpu_model() -> str:
@@ -130,11 +134,14 @@ def validate(cfg) -> None:
         (-1 <= cfg.init_seed <= MAX_SEED, f"--init_seed {cfg.init_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
         (-1 <= cfg.data_seed <= MAX_SEED, f"--data_seed {cfg.data_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
         (finite(cfg.perturb) and 0 <= cfg.perturb <= 1, f"--perturb {cfg.perturb}: must be a finite number in [0, 1] (0: off)"),
+        (cfg.perturb == 0 or cfg.perturb >= MIN_PERTURB,
+         f"--perturb {cfg.perturb:g}: below float32's resolution, 1 + EPS * N(0, 1) rounds to 1 for |N| <= 1 (most "
+         f"weights would not change); use EPS >= 2^-24 = {MIN_PERTURB:.3g}, or 0 for off"),
         (0 <= cfg.perturb_seed < 1024, f"--perturb_seed {cfg.perturb_seed}: must be in 1..1023 (0 without --perturb)"),
         (cfg.perturb > 0 or cfg.perturb_seed == 0, f"--perturb_seed {cfg.perturb_seed}: needs --perturb EPS > 0 (without it the run is not perturbed)"),
         (cfg.perturb == 0 or cfg.perturb_seed >= 1, f"--perturb {cfg.perturb}: needs --perturb_seed J in 1..1023 (the replicate)"),
         (0 <= cfg.eval_seed <= MAX_SEED - 2, f"--eval_seed {cfg.eval_seed}: must be in 0..{MAX_SEED - 2}"),
-        (cfg.threads >= 0, f"--threads {cfg.threads}: must be >= 0"),
+        (0 <= cfg.threads <= MAX_THREADS, f"--threads {cfg.threads}: must be in 0..{MAX_THREADS} (0: torch's default)"),
         (cfg.eval_samples >= 1, f"--eval_samples {cfg.eval_samples}: must be >= 1"),
         (cfg.eval_batch_size >= 1, f"--eval_batch_size {cfg.eval_batch_size}: must be >= 1"),
         (min(cfg.log_interval, cfg.eval_interval, cfg.ckpt_interval) >= 1,
