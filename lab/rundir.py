@@ -448,15 +448,15 @@ def check_folder(cfg, out_dir: str, ours: set) -> None:
                              f"sweep folder holds one experiment; choose another --out_dir")
 
 
-def non_finite(ck: dict):
-    """The first non-finite tensor of a checkpoint's model, schedule or optimizer state, by name; None if all finite."""
-    parts = {"model": ck.get("model", {}), "schedule": ck.get("schedule", {}),
-             "optimizer": {f"state {i} {k}": v for i, st in ck.get("optimizer", {}).get("state", {}).items()
-                           for k, v in st.items()}}
-    for part, tensors in parts.items():
-        for k, v in tensors.items():
-            if isinstance(v, torch.Tensor) and v.is_floating_point() and not torch.isfinite(v).all():
-                return f"{part} {k}"
+def non_finite(ck, name: str = ""):
+    """The first non-finite floating tensor anywhere in a checkpoint (model, schedule, optimizer state, EMA: every
+    tensor it holds), by its path of keys; None if all are finite."""
+    if isinstance(ck, torch.Tensor):
+        return name.strip() if ck.is_floating_point() and not torch.isfinite(ck).all() else None
+    items = ck.items() if isinstance(ck, dict) else enumerate(ck) if isinstance(ck, (list, tuple)) else ()
+    for k, v in items:
+        if (bad := non_finite(v, f"{name} {k}")) is not None:
+            return bad
     return None
 
 
