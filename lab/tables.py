@@ -29,9 +29,10 @@ from tasks import TASKS
 from lab import stats
 from lab.cli import atomic_write, fmt, read_json
 
-# --perturb replicates of one seed are runs of the same experiment: a row holds them all (replicate())
-REPLICATE = ("perturb", "perturb_seed")
-BOOKKEEPING = {*REPLICATE, "seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
+# --perturb replicates of one seed (--perturb_seed J, same EPS) are runs of the same experiment: a row holds them
+# all (replicate()). EPS itself is part of the experiment: an unperturbed run, or one nudged by another EPS, is
+# another row (a study that pools them, as results/chaos.py pools r 0 with its replicates, says so itself)
+BOOKKEEPING = {"perturb_seed", "seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
                "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset", "stack", "static",
                "tf32"}
 NTP_KNOBS = {"n_pause", "ntp_greedy"}  # the settings of ntp.py's baselines alone
