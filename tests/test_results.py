@@ -1,4 +1,5 @@
 """The committed results agree with the code that claims them."""
+import dataclasses
 import json
 import os
 import random
@@ -395,8 +396,9 @@ def test_the_chaos_study_analyses_complete_layers_of_converged_runs_only(tmp_pat
         d = chaos.run_dir(row, k, r)
         os.makedirs(d)
         m = {"oracle_hard_ood": y, "val_k_hard_ood": y, "policy_id": pid, "shortcut_hard_ood": 11.6}
-        with open(os.path.join(d, "eval.json"), "w") as f:
-            json.dump({"metrics": m, "env": {"cpu": "a cpu"}}, f)
+        cfg = chaos.train.parse_args(["--task", "dyck", "--seed", str(k), "--threads", "1"] + chaos.flags(row, r).split())
+        with open(os.path.join(d, "eval.json"), "w") as f:  # the declared command's settings (chaos.slot checks them)
+            json.dump({"metrics": m, "env": {"cpu": "a cpu"}, "config": dataclasses.asdict(cfg)}, f)
 
     monkeypatch.setattr(chaos, "load", lambda d: json.load(open(os.path.join(d, "eval.json")))
                         if os.path.isfile(os.path.join(d, "eval.json")) else None)
