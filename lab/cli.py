@@ -206,17 +206,20 @@ def atomic_write(path: str, write) -> None:
     symlink at `path` is replaced by the file (what it pointed to is not written). A failure is an OSError naming
     the file (cli.run: one line, exit 1)."""
     with ctrl_c_after():
-        f, tmp = temp_file(path)
+        tmp = None
         try:
+            f, tmp = temp_file(path)
             with f:
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-        except OSError as err:
-            raise OSError(f"cannot write {path} ({err.strerror or err}); the file there, if any, is unchanged") from None
+        except OSError as err:  # one line naming the file (and its errno kept for a caller that tests it)
+            failed = OSError(f"cannot write {path} ({err.strerror or err}); the file there, if any, is unchanged")
+            failed.errno = err.errno
+            raise failed from None
         finally:
-            if os.path.lexists(tmp):  # a failed write (full disk) leaves no temp file behind
+            if tmp is not None and os.path.lexists(tmp):  # a failed write (full disk) leaves no temp file behind
                 os.remove(tmp)
 
 
@@ -246,7 +249,7 @@ def load_json(path: str):
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file (a FIFO, a device or a socket): nothing to read")
+            raise ValueError("not a regular file (a folder, a FIFO, a device or a socket): nothing to read")
         if st.st_size > MAX_JSON:
             raise ValueError(f"{st.st_size} bytes, more than the {MAX_JSON} a file of the project can hold")
         data = f.read(MAX_JSON + 1)
