@@ -280,6 +280,17 @@ def test_h2_a_fifo_named_choice_json_is_refused_not_read(tmp_path):
         cli.load_json(str(folder / "choice.json"))
 
 
+def test_h2_round2_sh_list_refuses_a_fifo_named_choice_json(tmp_path):
+    (tmp_path / "results" / "round2" / "dyck").mkdir(parents=True)
+    for name in ("round2.sh", "lanes.sh", "choice.py"):
+        shutil.copy(os.path.join(ROOT, "results", name), tmp_path / "results" / name)
+    shutil.copytree(os.path.join(ROOT, "lab"), tmp_path / "lab")  # choice.py reads with lab/cli.py
+    os.mkfifo(tmp_path / "results" / "round2" / "dyck" / "choice.json")
+    proc = subprocess.run(["bash", str(tmp_path / "results" / "round2.sh"), "--list"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert "choice.json" in command_line(proc) and proc.stdout == ""
+
+
 # --- T20, T21, T22: the study scripts' one-line error path ------------------------------------------------
 
 def test_t20_a_torn_eval_json_in_a_chaos_slot_is_one_line(tmp_path):
