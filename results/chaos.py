@@ -351,12 +351,21 @@ def plot(done: dict, layers: int, path: str) -> None:
     plt.close(fig)
 
 
+def checked(lines: list[str], threads: int) -> list[str]:
+    """The queue, once every finished slot in it holds its declared run (slot): results/lanes.sh skips a slot with
+    an eval.json without reading it, so a foreign run there stops chaos.sh before it trains anything."""
+    for line in lines:
+        out, _, k, fl = line.split(maxsplit=3)
+        slot(os.path.join(ROOT, out), int(k), fl, threads)
+    return lines
+
+
 def main(argv: list[str]) -> None:
     if argv == ["--queue"]:
-        print("\n".join(queue(rundir.cpu_model())))
+        print("\n".join(checked(queue(rundir.cpu_model()), threads=1)))
         return
     if argv == ["--queue-threads2"]:
-        print("\n".join(queue_threads2()))
+        print("\n".join(checked(queue_threads2(), threads=2)))
         return
     if argv:
         raise ValueError(f"unknown arguments {' '.join(argv)} (allowed: none, --queue, --queue-threads2)")

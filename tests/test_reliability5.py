@@ -71,11 +71,11 @@ def chaos_copy(tmp_path) -> str:
     return str(tmp_path / "results" / "chaos.py")
 
 
-def run_chaos(script, limit_bytes=None):
+def run_chaos(script, limit_bytes=None, args=()):
     def limit():
         if limit_bytes:
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
-    return subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300, preexec_fn=limit,
+    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=300, preexec_fn=limit,
                           env={**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"})
 
 
@@ -187,6 +187,8 @@ def test_s19_chaos_refuses_a_run_of_another_command_in_a_slot(tmp_path):
     err = command_line(run_chaos(script))
     assert "fixed/seed101/r0" in err and "seed=100" in err
     assert (tmp_path / "results" / "README.md").read_bytes() == readme
+    proc = run_chaos(script, args=["--queue"])  # chaos.sh: lanes.sh would skip the slot, so the queue refuses it
+    assert "fixed/seed101/r0" in command_line(proc) and proc.stdout == ""
     shutil.rmtree(slot)
     shutil.copytree(committed_slot("window", 101, 0), slot)  # another schedule in the slot
     err = command_line(run_chaos(script))
