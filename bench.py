@@ -138,11 +138,13 @@ def parse_args(argv=None) -> Config:
     for d in cfg.widths():
         rundir.validate(train_config(cfg, d))  # the memory check at each width
     stacks = [int(v) for v in cfg.stacks.split(",") if v.strip()]
+    if cfg.only_stack and not stacks:
+        raise ValueError(f"--only_stack --stacks {cfg.stacks!r}: row (h) alone needs at least one stack size S "
+                         f"(e.g. --stacks 1,4); without it nothing would be measured")
     if stacks:
         check_stack_memory(cfg, max(stacks))
-    folder = os.path.dirname(os.path.abspath(cfg.json))
-    if cfg.json and (os.path.isdir(cfg.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK)):
-        raise ValueError(f"--json {cfg.json!r}: must be a file in an existing, writable folder")
+    if cfg.json:  # never a run's own file (eval.json, ckpt.pt, ...), and a file that can be created
+        rundir.check_output("--json", cfg.json)
     return cfg
 
 

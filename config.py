@@ -209,10 +209,15 @@ def perturb_(cfg: Config, *modules) -> None:
     if not cfg.perturb:
         return
     gen = torch.Generator().manual_seed(perturb_stream(seeds_of(cfg)["model"], cfg.perturb_seed))
+    moved = False
     with torch.no_grad():
         for module in modules:
             for p in module.parameters():
+                before = p.clone()
                 p.mul_(1 + cfg.perturb * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+                moved = moved or not torch.equal(p, before)
+    if not moved:  # an eps below the weights' float resolution: the "replicate" would be the plain run again
+        raise ValueError(f"--perturb {cfg.perturb:g}: changed no weight (below float resolution); use a larger eps")
 
 
 def trained_depth(cfg: Config) -> int:

@@ -19,7 +19,7 @@ plumbing (eval.json on disk, tables, comparisons, plots, the page) lives in lab/
 from lab.cli import ctrl_c_at_start  # run machinery: a Ctrl-C while torch loads is one line, exit 130
 ctrl_c_at_start(__name__, "evaluate.py")
 
-import json
+import hashlib
 import math
 import os
 import sys
@@ -31,7 +31,7 @@ import readouts
 from metrics import evaluate, format_run  # noqa: F401  (evaluate: `import evaluate; evaluate.evaluate(...)` as before)
 from tasks import PAD, eval_set, get_task, task_kwargs
 from lab import compare, explorer, plots, rundir, tables
-from lab.cli import atomic_write, opt, parse, run, write_json
+from lab.cli import atomic_write, load_json, opt, parse, run, write_json
 from lab.records import find_runs, load_eval, load_run
 
 
@@ -74,28 +74,16 @@ def parse_args(argv=None) -> Args:
         raise ValueError(f"--samples {args.samples} --tol {args.tol}: need samples >= 0 and a finite tol >= 0")
     if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
         raise ValueError(f"--device {args.device}: not available here; use cpu" + (", cuda" if torch.cuda.is_available() else ""))
-    if args.out and not (os.path.isdir(os.path.dirname(os.path.abspath(args.out))) and
-                         os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK)):
-        raise ValueError(f"--out {args.out!r}: its folder does not exist or is not writable")
     for target in (args.out and [f"{args.out}.md", f"{args.out}.json"]) or []:
-        if os.path.basename(target) in rundir.OWN_FILES:
-            raise ValueError(f"--out {args.out!r}: would write {target}, the name of a run's own file; choose another prefix")
+        rundir.check_output("--out", target)  # never a run's own file (--out RUN/eval), a file that can be created
+    if args.plot:  # created if missing (when the plots are drawn)
+        rundir.check_output("--plot", args.plot, folder=True)
     if args.html:
-        folder = os.path.dirname(os.path.abspath(args.html))
         if os.path.isdir(args.html):
             raise ValueError(f"--html {args.html!r}: a folder; name the page's file, e.g. {os.path.join(args.html, 'runs.html')}")
-        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
-            raise ValueError(f"--html {args.html!r}: its folder does not exist or is not writable")
-        if os.path.basename(args.html) in rundir.OWN_FILES:
-            raise ValueError(f"--html {args.html!r}: the name of a run's own file; choose another name")
+        rundir.check_output("--html", args.html)  # never a run's own file, a file that can be created
         if args.out or args.plot or args.paper or args.readouts or args.gates() or args.time:
             raise ValueError("--html writes the page alone: run the tables, plots or readouts without it")
-    if args.plot:  # created if missing (when the plots are drawn): its nearest existing parent must be writable
-        p = os.path.abspath(args.plot)
-        while not os.path.lexists(p):
-            p = os.path.dirname(p)
-        if not (os.path.isdir(p) and os.access(p, os.W_OK)):
-            raise ValueError(f"--plot {args.plot!r}: {p} is not a writable folder")
     return args
 
 
@@ -133,17 +121,36 @@ def check_readouts(args: Args, evals: list) -> None:
 
 
 def load_readouts(path: str) -> dict:
-    """A run's readouts.json (for --plot): one line naming the file when it cannot be read."""
+    """A run's readouts.json (for --plot): one line naming the file when it cannot be read, or when it was computed
+    from another ckpt.pt / eval.json than the run holds now (its "tie"; a file from before ties is taken as it is)."""
     try:
-        with open(path) as f:
-            rep = json.load(f)
+        rep = load_json(path)
         if not (isinstance(rep, dict) and isinstance(rep.get("readouts"), dict)
                 and all(k in rep for k in ("task", "schedule", "seed"))):
             raise ValueError("not an object with 'task', 'schedule', 'seed' and 'readouts'")
     except (OSError, ValueError) as err:
         raise ValueError(f"malformed readouts.json at {path}: {err}; write it again with evaluate.py --readouts, "
                          f"or remove it") from None
+    if "tie" in rep and rep["tie"] != tie(os.path.dirname(path)):
+        raise ValueError(f"{path} was computed from another ckpt.pt / eval.json than the run holds now (the run was "
+                         f"trained again since): write it again with evaluate.py --readouts, or remove it")
     return rep
+
+
+def tie(run_dir: str) -> dict:
+    """What ties a readouts.json to the run it was computed from: the SHA-256 of its ckpt.pt and eval.json (None
+    where missing)."""
+    out = {}
+    for f in ("ckpt.pt", "eval.json"):
+        h, path = hashlib.sha256(), os.path.join(run_dir, f)
+        if not os.path.isfile(path):  # missing (or a FIFO, which load_eval / load_run refuse)
+            out[f] = None
+            continue
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        out[f] = h.hexdigest()
+    return out
 
 
 def against(new: list, ref_dirs: list) -> int:
@@ -178,12 +185,14 @@ def main(argv=None) -> int:
         print(f"html: {args.html} ({len(evals)} runs, {os.path.getsize(args.html) / 1e6:.2f} MB)")
         return
     gates = args.gates()
+    groups = tables.group_runs(evals)  # a copy or a mixed grid is refused before any readout is written
     if args.readouts or gates or args.time:
         check_readouts(args, evals)
     reps = {}
     for e in evals:
         print(format_run(e))
         if args.readouts or gates or args.time:
+            weights = tie(e["run_dir"])  # the files the readouts are computed from, before and after
             cfg, task, model, schedule = load_run(e["run_dir"], e["config"])
             if hasattr(schedule, "score_set"):
                 raise ValueError(f"{e['run_dir']}: readouts stop a looped trajectory of one-shot predictions; "
@@ -199,12 +208,14 @@ def main(argv=None) -> int:
                                           meta={k: cfg[k] for k in ("task", "schedule", "seed")} | {"split_seeds": seeds})
             if args.time:
                 rep["timing"] = readouts.time_exits(model, rep, fitted, splits["test"], cfg["T_test"], PAD, args.device)
-            write_json(os.path.join(e["run_dir"], "readouts.json"), rep)
+            if tie(e["run_dir"]) != weights:  # train.py --overwrite replaced the run meanwhile
+                raise ValueError(f"{e['run_dir']}: its ckpt.pt or eval.json changed while its readouts were computed "
+                                 f"(the run was trained again); readouts.json not written: run evaluate.py again")
+            write_json(os.path.join(e["run_dir"], "readouts.json"), {**rep, "tie": weights})
             print(readouts.format_readouts(rep) + ("\n" + readouts.format_timing(rep["timing"]) if args.time else ""))
         path = os.path.join(e["run_dir"], "readouts.json")
         if os.path.isfile(path):
             reps[e["run_dir"]] = load_readouts(path)
-    groups = tables.group_runs(evals)
     md, rows = tables.table(groups, args.paper)
     print("\n" + md)
     if args.out:

@@ -30,7 +30,6 @@ from lab.cli import ctrl_c_at_start  # run machinery: a Ctrl-C while torch loads
 ctrl_c_at_start(__name__, "theory_checks.py")
 
 import math
-import os
 import platform
 import sys
 import time
@@ -43,7 +42,7 @@ from halting import log_stop_distribution, make_schedule, per_sample_ce, reinfor
 from model import LoopedTransformer, ModelConfig
 from tasks import IGNORE, PAD, TASKS, get_task, make_batch, task_kwargs, train_batch
 from lab.cli import opt, parse, run, write_json
-from lab.rundir import cpu_model
+from lab.rundir import check_output, cpu_model, non_finite
 
 MIN_RL_SAMPLES = 100  # check 3's fewest sampled tau per setting
 RTOL, ATOL = 1e-6, 1e-12  # floating-point tolerance of "lhs <= rhs" (all sums in float64)
@@ -394,9 +393,8 @@ def validate(cfg: Config):
                                               f"(need >= {MIN_RL_SAMPLES})")
     require(cfg.w >= 1 or "2b" not in cfg.checks.split(","),
             f"--w {cfg.w}: check 2b measures the spread across the window's depths, which needs w >= 1")
-    folder = os.path.dirname(os.path.abspath(cfg.json))
-    require(not cfg.json or (os.path.isdir(folder) and os.access(folder, os.W_OK) and not os.path.isdir(cfg.json)),
-            f"--json {cfg.json!r}: must be a file in an existing, writable folder")
+    if cfg.json:  # never a run's own file (eval.json, ckpt.pt, ...), and a file that can be created
+        check_output("--json", cfg.json)
     task, ck = load_ckpt(cfg.ckpt, cfg.seed) if cfg.ckpt else (get_task(cfg.task), None)
     try:
         task.check_length(cfg.n_max)
@@ -469,8 +467,8 @@ def load_ckpt(path: str, seed: int):
     except (KeyError, TypeError, RuntimeError, AssertionError) as err:
         raise ValueError(f"--ckpt {path!r}: its config and weights do not make a LoopedTransformer "
                          f"({type(err).__name__})") from None
-    bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    require(not bad, f"--ckpt {path!r}: non-finite weights ({bad[0] if bad else ''}): nothing to check")
+    bad = non_finite(ck)
+    require(not bad, f"--ckpt {path!r}: non-finite weights ({bad}): nothing to check")
     torch.manual_seed(seed)
     return task, (model, build())
 

@@ -42,7 +42,7 @@ from config import build, lr_at, seeds_of, stream, trained_depth
 import metrics
 from tasks import IGNORE, PAD, curriculum_n_max, eval_set, train_batch
 from lab import records, rundir, stack
-from lab.cli import ctrl_c_after, interrupted, log_line
+from lab.cli import ctrl_c_after, interrupted, log_line, temp_file
 
 
 def pad_length(task, cfg) -> int:
@@ -224,11 +224,13 @@ def save_checkpoints(paths: list, cks: list, seeds: list) -> None:
     for p, ck, k in zip(paths, cks, seeds):
         if bad := rundir.non_finite(ck):
             raise FloatingPointError(f"seed {k}: non-finite weights at step {ck['step']} ({bad}); " + rundir.last_good(p))
-    tmps = [f"{p}.tmp{os.getpid()}" for p in paths]  # cli.atomic_write's names: a killed writer's are removed (Lock)
+    tmps = []  # cli.temp_file's names (NAME.tmpPID, new files, never a link): a killed writer's are removed (Lock)
     with ctrl_c_after():
         try:
-            for tmp, ck in zip(tmps, cks):
-                with open(tmp, "wb") as f:
+            for p, ck in zip(paths, cks):
+                f, tmp = temp_file(p)
+                tmps.append(tmp)
+                with f:
                     torch.save(ck, f)
                     f.flush()
                     os.fsync(f.fileno())
@@ -236,7 +238,7 @@ def save_checkpoints(paths: list, cks: list, seeds: list) -> None:
                 os.replace(tmp, p)
         finally:
             for tmp in tmps:
-                if os.path.exists(tmp):
+                if os.path.lexists(tmp):
                     os.remove(tmp)
 
 

@@ -12,10 +12,12 @@ Plots of evaluated runs (`python evaluate.py DIR --plot`), PNG files beside the 
 All go into the folder given to `evaluate.py --plot DIR`.
 
 matplotlib is an optional extra: without it, plot_all raises ImportError with the install command and
-nothing else is affected. This file imports nothing from the project.
+nothing else is affected. Of the project it imports only lab/cli.py's atomic write.
 """
 
 import os
+
+from lab.cli import atomic_write
 
 
 def pyplot():
@@ -101,7 +103,7 @@ def plot_readouts(plt, rep: dict, path: str) -> str:
 
 def save(plt, fig, path: str) -> str:
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))  # a full disk leaves no half PNG
     plt.close(fig)
     return path
 

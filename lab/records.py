@@ -11,12 +11,12 @@ folder, and a finished run's checkpoint rebuilt for post-hoc readouts.
 import dataclasses
 import json
 import os
-import stat
 
 import torch
 
 from config import Config, build
 from lab import rundir
+from lab.cli import load_json
 
 
 def find_runs(paths: list[str]) -> list[str]:
@@ -133,10 +133,7 @@ def load_eval(run_dir: str) -> dict:
     value of another type than the readers use)."""
     path = os.path.join(run_dir, "eval.json")
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the reader forever
-            raise ValueError("not a regular file (a FIFO, a device or a socket): nothing to read")
-        with open(path) as f:
-            e = json.load(f)
+        e = load_json(path)  # a regular file (a FIFO would block the reader forever), bounded in size and depth
         if not isinstance(e, dict):
             raise ValueError(f"a JSON object expected, got {type(e).__name__}")
         for key, typ in REQUIRED.items():

@@ -6,7 +6,10 @@ The run directory of train.py: every check made before a file is touched, and wh
                            finished run, or restart one killed before its first checkpoint. Refuses to
                            replace a run (unless --overwrite) or to resume one with other settings.
     Lock(dir)              an exclusive OS lock (fcntl.flock): a second process on the same run directory
-                           stops (exit 2); the lock dies with its process, however it dies
+                           stops (exit 2); the lock dies with its process, however it dies; a linked .lock
+                           is refused
+    check_output(flag, p)  an output flag's file (--out, --json, --plot): never a run's own file, in a folder
+                           where a file can really be created
     environment()          versions, hardware and git commit, recorded in config.json and eval.json
     log_lines(path, step)  metrics.jsonl up to a checkpoint's step; a torn last line is dropped
     load_checkpoint, restore, check_ema   ckpt.pt checked before it is used: this run's settings, dtypes, shapes,
@@ -20,13 +23,13 @@ A user error raises ValueError with one line (cli.run turns it into exit code 2)
 import contextlib
 import dataclasses
 import fcntl
-import json
 import math
 import os
 import platform
 import re
 import shutil
 import socket
+import stat
 import subprocess
 
 import torch
@@ -37,12 +40,12 @@ import metrics
 import ntp
 from tasks import get_task, task_kwargs
 from lab import stack
-from lab.cli import atomic_write, write_json
+from lab.cli import atomic_write, parse_json, read_json, temp_file, write_json
 
 RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
 OWN_FILES = RUN_FILES + ("summary.json",)  # every file the project writes into a run or sweep folder
-# the temp file of an interrupted atomic write of one of them (cli.atomic_write: NAME.tmpPID)
-OWN_TEMP = re.compile(r"^(" + "|".join(re.escape(f) for f in OWN_FILES) + r")\.tmp(\d+)$")
+# the temp file of an interrupted atomic write of one of them (cli.temp_file: NAME.tmpPID or NAME.tmpPID.N)
+OWN_TEMP = re.compile(r"^(" + "|".join(re.escape(f) for f in OWN_FILES) + r")\.tmp(\d+)(\.\d+)?$")
 # settings that may differ when a run is resumed: they change how it is computed (device, threads, bf16
 # autocast on CUDA, compile: the rounding, as a reduction order does), or nothing, but not what is trained
 HARMLESS = {"threads", "device", "amp", "compile", "eval_batch_size", "log_interval", "eval_interval",
@@ -51,6 +54,10 @@ MAX_SEED = 2 ** 32 - 1
 # the loss weights of the schedules: above this, the task loss is swamped and float32 overflows (--tau_act 1e308
 # made the loss inf at step 1); the papers use 1e-3 .. 1
 LOSS_WEIGHTS, MAX_WEIGHT = ("lambda_ent", "beta", "tau_act", "trm_bce"), 1e6
+# --perturb multiplies each float32 weight by fl(1 + EPS * N): 1 + x rounds to 1 when |x| <= 2^-24 (half the spacing
+# of float32 just above 1, 2^-23), so below EPS = 2^-24 a weight changes only where |N| > 1 / (2^24 EPS): at 1e-9 none
+MIN_PERTURB = 2.0 ** -24
+MAX_THREADS = 1024  # torch.set_num_threads takes a C int; more threads than this is a typo
 
 
 def cpu_model() -> str:
@@ -127,11 +134,14 @@ def validate(cfg) -> None:
         (-1 <= cfg.init_seed <= MAX_SEED, f"--init_seed {cfg.init_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
         (-1 <= cfg.data_seed <= MAX_SEED, f"--data_seed {cfg.data_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
         (finite(cfg.perturb) and 0 <= cfg.perturb <= 1, f"--perturb {cfg.perturb}: must be a finite number in [0, 1] (0: off)"),
+        (cfg.perturb == 0 or cfg.perturb >= MIN_PERTURB,
+         f"--perturb {cfg.perturb:g}: below float32's resolution, 1 + EPS * N(0, 1) rounds to 1 for |N| <= 1 (most "
+         f"weights would not change); use EPS >= 2^-24 = {MIN_PERTURB:.3g}, or 0 for off"),
         (0 <= cfg.perturb_seed < 1024, f"--perturb_seed {cfg.perturb_seed}: must be in 1..1023 (0 without --perturb)"),
         (cfg.perturb > 0 or cfg.perturb_seed == 0, f"--perturb_seed {cfg.perturb_seed}: needs --perturb EPS > 0 (without it the run is not perturbed)"),
         (cfg.perturb == 0 or cfg.perturb_seed >= 1, f"--perturb {cfg.perturb}: needs --perturb_seed J in 1..1023 (the replicate)"),
         (0 <= cfg.eval_seed <= MAX_SEED - 2, f"--eval_seed {cfg.eval_seed}: must be in 0..{MAX_SEED - 2}"),
-        (cfg.threads >= 0, f"--threads {cfg.threads}: must be >= 0"),
+        (0 <= cfg.threads <= MAX_THREADS, f"--threads {cfg.threads}: must be in 0..{MAX_THREADS} (0: torch's default)"),
         (cfg.eval_samples >= 1, f"--eval_samples {cfg.eval_samples}: must be >= 1"),
         (cfg.eval_batch_size >= 1, f"--eval_batch_size {cfg.eval_batch_size}: must be >= 1"),
         (min(cfg.log_interval, cfg.eval_interval, cfg.ckpt_interval) >= 1,
@@ -260,14 +270,6 @@ def check_memory(cfg, task, n_longest: int, device: str, n_lengths: int = 1) -> 
 
 # --- the state of a run directory ---------------------------------------------------------------------
 
-def read_json(path: str):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: unreadable ({err})") from None
-
-
 def saved_settings(path: str, saved) -> dict:
     """The settings a run file records (config.json itself, eval.json's "config"): one line naming the file if it
     records none (`{}`, a list, a file cut short), instead of comparing every default with the command."""
@@ -389,6 +391,36 @@ def check_out_dir(d: str) -> None:
         raise ValueError(f"--out_dir {d}: cannot write there ({p} is not writable)")
 
 
+def creatable(folder: str) -> bool:
+    """Whether a file can really be created in folder: a test file, created and removed (os.access answers yes
+    to root on a read-only file system or in /proc)."""
+    try:
+        f, tmp = temp_file(os.path.join(folder, ".write-test"))
+        f.close()
+        os.remove(tmp)
+        return True
+    except OSError:
+        return False
+
+
+def check_output(flag: str, path: str, folder: bool = False) -> None:
+    """An output a command writes when asked (evaluate.py --out and --plot, bench.py --json, theory_checks.py
+    --json), checked before any work: never a run's own file (OWN_FILES: a finished run's record would be
+    replaced), a file (a folder with folder=True, created if missing) where one can really be created."""
+    if not folder and os.path.basename(path) in OWN_FILES:
+        raise ValueError(f"{flag} {path!r}: {os.path.basename(path)} is the name of a run's own file "
+                         f"({', '.join(OWN_FILES)}), which it would replace; choose another name")
+    if not folder and os.path.isdir(path):
+        raise ValueError(f"{flag} {path!r}: is a folder; name a file")
+    p = os.path.abspath(path) if folder else os.path.dirname(os.path.abspath(path))
+    while folder and not os.path.lexists(p):  # a folder is created if missing: its nearest existing parent
+        p = os.path.dirname(p)
+    if not os.path.isdir(p):
+        raise ValueError(f"{flag} {path!r}: {p} is not a writable folder ({'not a folder' if os.path.lexists(p) else 'missing'})")
+    if not creatable(p):
+        raise ValueError(f"{flag} {path!r}: {p} is not a writable folder (a file cannot be created there)")
+
+
 def check_folder(cfg, out_dir: str, ours: set) -> None:
     """A folder holds one run, or the seeds of one experiment: refuse what would mix them. A sweep refuses a
     run at its top (eval.json beside seed*/), a seed folder of another experiment, and under --overwrite any run
@@ -416,15 +448,15 @@ def check_folder(cfg, out_dir: str, ours: set) -> None:
                              f"sweep folder holds one experiment; choose another --out_dir")
 
 
-def non_finite(ck: dict):
-    """The first non-finite tensor of a checkpoint's model, schedule or optimizer state, by name; None if all finite."""
-    parts = {"model": ck.get("model", {}), "schedule": ck.get("schedule", {}),
-             "optimizer": {f"state {i} {k}": v for i, st in ck.get("optimizer", {}).get("state", {}).items()
-                           for k, v in st.items()}}
-    for part, tensors in parts.items():
-        for k, v in tensors.items():
-            if isinstance(v, torch.Tensor) and v.is_floating_point() and not torch.isfinite(v).all():
-                return f"{part} {k}"
+def non_finite(ck, name: str = ""):
+    """The first non-finite floating tensor anywhere in a checkpoint (model, schedule, optimizer state, EMA: every
+    tensor it holds), by its path of keys; None if all are finite."""
+    if isinstance(ck, torch.Tensor):
+        return name.strip() if ck.is_floating_point() and not torch.isfinite(ck).all() else None
+    items = ck.items() if isinstance(ck, dict) else enumerate(ck) if isinstance(ck, (list, tuple)) else ()
+    for k, v in items:
+        if (bad := non_finite(v, f"{name} {k}")) is not None:
+            return bad
     return None
 
 
@@ -501,7 +533,7 @@ def log_lines(path: str, step: int) -> list[str]:
                 line = line.decode()
             except UnicodeDecodeError:
                 raise ValueError("not UTF-8 text") from None
-            rec = json.loads(line)
+            rec = parse_json(line)
             if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
                 raise ValueError("no integer 'step'")
         except ValueError as err:
@@ -537,7 +569,7 @@ class Lock:
         try:
             os.makedirs(self.d, exist_ok=True)
             while self.fd is None:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = self.open()
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -558,6 +590,23 @@ class Lock:
             if m and not (int(m.group(2)) != os.getpid() and alive(int(m.group(2)))):
                 os.remove(os.path.join(self.d, f))
         return self
+
+    def open(self) -> int:
+        """.lock, opened (created if missing) without following a symlink: a .lock that is a link, or a file with
+        other names (a hard link), could be anyone's file, and writing our name into it would destroy it."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError:
+            if os.path.islink(self.path):
+                raise ValueError(f"--out_dir {self.d}: its lock {self.path} is a symlink (to {os.readlink(self.path)}); "
+                                 f"a run's lock is its own file: remove the link") from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            raise ValueError(f"--out_dir {self.d}: its lock {self.path} is not a file of its own (a hard link, or not a "
+                             f"regular file); remove it")
+        return fd
 
     def __exit__(self, *exc):
         try:
@@ -680,8 +729,8 @@ def forgotten_if_unsaved(run_dir: str):
 def diverged(log_path: str, V: int):
     """A final training loss above 2 ln V, twice that of guessing uniformly (where training starts), means the
     run diverged: the last and the first logged loss, in words; None otherwise."""
-    lines = [json.loads(line) for line in open(log_path)] if os.path.isfile(log_path) else []
-    losses = [(r["step"], r["loss"]) for r in lines if isinstance(r.get("loss"), (int, float))]
+    lines = [parse_json(line) for line in open(log_path)] if os.path.isfile(log_path) else []
+    losses = [(r["step"], r["loss"]) for r in lines if isinstance(r, dict) and isinstance(r.get("loss"), (int, float))]
     if not losses or not losses[-1][1] > 2 * math.log(V):
         return None
     return f"loss {losses[0][1]:.3g} at step {losses[0][0]}, {losses[-1][1]:.3g} at step {losses[-1][0]}"

@@ -8,7 +8,9 @@ The run machinery around train.py's loop: what it calls in one line each, so tha
                                    good checkpoint (cli.run prints it: exit 130 / 1)
     sweep(cfg, train_run, finish)  --seeds N: seed..seed+N-1, in one process or split over torchrun's ranks:
                                    every seed of a rank locked and planned again first (take_locks), then each
-                                   claimed (rundir), trained or skipped; then the table
+                                   claimed (rundir), trained or skipped; then the table. A seed whose
+                                   loss turns non-finite stops alone: the others train, then the sweep
+                                   exits 1 naming it
 """
 
 import contextlib
@@ -164,7 +166,14 @@ def sweep(cfg, train_run, finish_run) -> None:
                            "restart": ", no checkpoint: started from scratch"}.get(action, "")
                     print(f"run {d}: task {cfg.task}, schedule {cfg.schedule}, seed {k}, device {device}"
                           + (f", rank {rank}/{world}" if world > 1 else "") + how)
-                    e = train_run(run_cfg, d, device, start)
+                    try:
+                        e = train_run(run_cfg, d, device, start)
+                    except FloatingPointError as err:  # a diverged seed stops alone; the others still train
+                        if cfg.seeds == 1:
+                            raise
+                        print(f"train.py: seed {k}: {err}", file=sys.stderr)
+                        failures.append((k, f"seed {k} ({err})"))
+                        continue
                 e["run_dir"] = d
                 print(metrics.format_run(e))
                 evals.append(e)
@@ -181,5 +190,5 @@ def sweep(cfg, train_run, finish_run) -> None:
         print("\n" + md)
         if cfg.seeds > 1:
             write_json(os.path.join(out_dir, "summary.json"), {**rows[0], "runs": [e["run_dir"] for e in evals]})
-    if failures:  # --stack: a seed with a non-finite loss stopped alone; the others finished
+    if failures:  # a seed with a non-finite loss stopped alone; the others finished
         raise FloatingPointError(f"{len(failures)} of {cfg.seeds} seeds stopped: " + "; ".join(m for _, m in failures))

@@ -17,7 +17,6 @@ between the rows of its task.
 """
 
 import dataclasses
-import json
 import math
 import os
 import statistics
@@ -28,11 +27,12 @@ import metrics
 import ntp
 from tasks import TASKS
 from lab import compare, stats
-from lab.cli import fmt
+from lab.cli import atomic_write, fmt, read_json
 
-# --perturb replicates of one seed are runs of the same experiment: a row holds them all (replicate())
-REPLICATE = ("perturb", "perturb_seed")
-BOOKKEEPING = {*REPLICATE, "seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
+# --perturb replicates of one seed (--perturb_seed J, same EPS) are runs of the same experiment: a row holds them
+# all (replicate()). EPS itself is part of the experiment: an unperturbed run, or one nudged by another EPS, is
+# another row (a study that pools them, as results/chaos.py pools r 0 with its replicates, says so itself)
+BOOKKEEPING = {"perturb_seed", "seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
                "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset", "stack", "static",
                "tf32"}
 NTP_KNOBS = {"n_pause", "ntp_greedy"}  # the settings of ntp.py's baselines alone
@@ -151,8 +151,8 @@ def format_row(r: dict, hard: bool) -> str:
 
 def paper_rows() -> list[dict]:
     """The published rows (results/paper.json), shaped like ours."""
-    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "paper.json")) as f:
-        return [{**r, "setting": f"{r['setting']} (paper)"} for r in json.load(f)["rows"]]
+    rows = read_json(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "paper.json"))["rows"]
+    return [{**r, "setting": f"{r['setting']} (paper)"} for r in rows]
 
 
 def comparisons(rows: list[dict], groups: list[list[dict]]) -> list[str]:
@@ -191,11 +191,13 @@ def table(groups: dict, paper: bool = False):
 
 
 def splice(path: str, tag: str, lines: list[str]) -> None:
-    """Replace the text between `<!-- tag:begin -->` and `<!-- tag:end -->` of a Markdown file by lines."""
-    text = open(path).read()
+    """Replace the text between `<!-- tag:begin -->` and `<!-- tag:end -->` of a Markdown file by lines, atomically
+    (cli.atomic_write: a full disk leaves the file as it was, never cut short)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
     begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
     if begin not in text or end not in text:
-        raise SystemExit(f"{path}: markers {begin} / {end} not found")
+        raise ValueError(f"{path}: markers {begin} / {end} not found")
     head, rest = text.split(begin, 1)
-    with open(path, "w") as f:
-        f.write(head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1])
+    new = head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1]
+    atomic_write(path, lambda f: f.write(new.encode("utf-8")))

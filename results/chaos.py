@@ -58,7 +58,6 @@ Output: per row, runs converged, mean, total Std, within-seed Std, between-seed 
 verdicts; a picture (results/chaos/chaos.png): per seed its five replicates side by side, one panel per row.
 """
 
-import json
 import math
 import os
 import re
@@ -69,8 +68,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):  # run as `python results/chaos.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+import train  # noqa: E402  (its parse_args: the declared command of a slot, recipe included)
 from lab import records, rundir, stats, tables  # noqa: E402
-from lab.cli import write_json  # noqa: E402
+from lab.cli import atomic_write, parse_json, run, write_json  # noqa: E402
 
 CHAOS = os.path.join(ROOT, "results", "chaos")
 TASK = "dyck"
@@ -120,7 +120,25 @@ def queue_threads2() -> list[str]:
 # --- analysis --------------------------------------------------------------------------------------------
 
 def load(d: str):
-    return records.load_eval(d) if os.path.isfile(os.path.join(d, "eval.json")) else None
+    return records.load_eval(d) if os.path.lexists(os.path.join(d, "eval.json")) else None
+
+
+def slot(d: str, k: int, fl: str, threads: int = 1):
+    """The run in a slot of the design (None while empty), checked: its recorded settings must be the declared
+    command's (train.py's recipe for dyck, seed k, the slot's FLAGS, --threads), or the study would count a run
+    of another command; one line naming the slot and the differing settings otherwise."""
+    e = load(d)
+    if e is None:
+        return None
+    want = train.parse_args(["--task", TASK, "--seed", str(k), "--seeds", "1", "--threads", str(threads),
+                             "--out_dir", d] + fl.split())
+    diff = rundir.differences(e["config"], want)
+    if e["config"].get("threads") != threads:
+        diff.append(f"threads={e['config'].get('threads')!r} (declared {threads})")
+    if diff:
+        raise ValueError(f"{os.path.relpath(d, ROOT)}: not the declared run of its slot (seed {k}, {fl}): "
+                         + ", ".join(x.replace("(now", "(declared") for x in diff) + "; move it away, or train the slot again")
+    return e
 
 
 def converged(e: dict) -> bool:
@@ -129,7 +147,7 @@ def converged(e: dict) -> bool:
 
 def runs() -> dict:
     """{(row, seed, r): eval dict} of the finished runs of the declared design."""
-    return {(row, k, r): e for row in ROWS for k in SEEDS for r in REPS if (e := load(run_dir(row, k, r)))}
+    return {(row, k, r): e for row in ROWS for k in SEEDS for r in REPS if (e := slot(run_dir(row, k, r), k, flags(row, r)))}
 
 
 def complete_layers(done: dict) -> int:
@@ -175,7 +193,15 @@ def family(done: dict, layers: int) -> list[dict]:
 def same_run(d1: str, d2: str) -> bool:
     """Two runs are the same: metrics.jsonl equal line by line without the wall-clock fields, eval metrics equal."""
     def lines(d):
-        return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in open(os.path.join(d, "metrics.jsonl"))]
+        path = os.path.join(d, "metrics.jsonl")
+        with open(path, encoding="utf-8") as f:
+            try:
+                recs = [parse_json(line) for line in f]
+            except ValueError as err:
+                raise ValueError(f"{path}: not a log ({err})") from None
+        if not all(isinstance(r, dict) for r in recs):
+            raise ValueError(f"{path}: not a log (a line that is not a JSON object)")
+        return [{k: v for k, v in r.items() if k not in TIMING} for r in recs]
     return lines(d1) == lines(d2) and load(d1)["metrics"] == load(d2)["metrics"]
 
 
@@ -185,10 +211,10 @@ def controls() -> list[dict]:
     for slug in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         for row, k in CONTROL:
             d = [os.path.join(base, slug, row, str(i)) for i in (1, 2)]
-            if not all(load(x) for x in d):
+            if not all(slot(x, k, flags(row, 0)) for x in d):
                 continue
             main = run_dir(row, k, 0)
-            same_cpu = load(main) is not None and cpu_slug(load(main)["env"].get("cpu", "")) == slug
+            same_cpu = slot(main, k, flags(row, 0)) is not None and cpu_slug(load(main)["env"].get("cpu", "")) == slug
             out.append({"cpu": load(d[0])["env"].get("cpu"), "row": row, "seed": k, "identical": same_run(*d),
                         "main_identical": same_run(d[0], main) if same_cpu else None})
     return out
@@ -199,7 +225,7 @@ def secondary(done: dict) -> dict:
     two, pert, found = [], [], 0  # |OOD difference| from the same seed's r 0 run; converged runs only, as the metric says
     for row in ROWS:
         for k in SECONDARY:
-            e2, e0 = load(os.path.join(CHAOS, TASK, "threads2", row, f"seed{k}")), done.get((row, k, 0))
+            e2, e0 = slot(os.path.join(CHAOS, TASK, "threads2", row, f"seed{k}"), k, flags(row, 0), threads=2), done.get((row, k, 0))
             found += e2 is not None
             if not (e2 and e0 and converged(e2) and converged(e0)):
                 continue
@@ -267,6 +293,9 @@ def report(done: dict) -> tuple[list[str], dict]:
     out["rows"] = {}
     for row in ROWS:
         s, v = row_stats(blocks(done, row, layers)), row_stats(blocks(done, row, layers, VKEY))
+        if s["std_within"] is None:  # the declared ANOVA and the family need replicates within seeds
+            raise ValueError(f"row {row}: {s['runs']} converged runs (policy_id >= {CONVERGED:g}) in r = 0..{layers - 1}, "
+                             f"too few for the declared analysis (two seeds, and a seed with two converged replicates)")
         total = sum((row, k, r) in done for k in SEEDS for r in range(layers))
         out["rows"][row] = {**{k: s[k] for k in s if k != "anova"}, "val_k": {k: v[k] for k in v if k != "anova"}, "of": total}
         lines.append(f"| {row} | {s['runs']} / {total} | {fmt(s['mean'])} | {fmt(s['std_total'])} | {fmt(s['std_within'])} | "
@@ -318,20 +347,28 @@ def plot(done: dict, layers: int, path: str) -> None:
     fig.suptitle(f"dyck: one seed, {layers} replicates (r = 0..{layers - 1}) (red hollow: not converged, excluded; the best shortcut "
                  f"scores {cut:.1f}% on the hard subset)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
     plt.close(fig)
 
 
-def main(argv: list[str]) -> int:
+def checked(lines: list[str], threads: int) -> list[str]:
+    """The queue, once every finished slot in it holds its declared run (slot): results/lanes.sh skips a slot with
+    an eval.json without reading it, so a foreign run there stops chaos.sh before it trains anything."""
+    for line in lines:
+        out, _, k, fl = line.split(maxsplit=3)
+        slot(os.path.join(ROOT, out), int(k), fl, threads)
+    return lines
+
+
+def main(argv: list[str]) -> None:
     if argv == ["--queue"]:
-        print("\n".join(queue(rundir.cpu_model())))
-        return 0
+        print("\n".join(checked(queue(rundir.cpu_model()), threads=1)))
+        return
     if argv == ["--queue-threads2"]:
-        print("\n".join(queue_threads2()))
-        return 0
+        print("\n".join(checked(queue_threads2(), threads=2)))
+        return
     if argv:
-        print(f"results/chaos.py: unknown arguments {' '.join(argv)} (allowed: none, --queue, --queue-threads2)", file=sys.stderr)
-        return 2
+        raise ValueError(f"unknown arguments {' '.join(argv)} (allowed: none, --queue, --queue-threads2)")
     done = runs()
     lines, out = report(done)
     os.makedirs(CHAOS, exist_ok=True)
@@ -343,8 +380,7 @@ def main(argv: list[str]) -> int:
         except ImportError:
             print("results/chaos.py: matplotlib is not installed; tables only, the picture is skipped", file=sys.stderr)
     print("\n".join(lines))
-    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":  # a damaged or foreign run, a full disk: one line naming it (exit 2 / 1), no traceback
+    sys.exit(run(main, "results/chaos.py", sys.argv[1:]))

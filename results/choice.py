@@ -1,7 +1,8 @@
 """
 results/round2/TASK/choice.json, the rung round two runs at, checked: results/ladder.py writes it once (record),
 results/study.py, results/ladder.py and results/round2.sh read it through here, so one set of rules decides what a
-valid file is. Standard library only, so that round2.sh can run it before anything else.
+valid file is. Standard library only (and lab/cli.py's JSON reader, itself standard library only), so that
+round2.sh can run it before anything else.
 
     python results/choice.py TASK     # FIRST SEEDS FLAGS, then ROW DIR per reused row; a bad file: one line, exit 2
 """
@@ -12,6 +13,10 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __package__ in (None, ""):  # run as `python results/choice.py`: the repository is the import root
+    sys.path[0] = ROOT
+
+from lab.cli import load_json, run  # noqa: E402  (load_json: a regular file only, a FIFO named choice.json would hang)
 # each key's type; the values results/ladder.py's rule can write (ladder.py: RUNGS, SEEDS; tests check they agree)
 KEYS = {"task": str, "rung": str, "first": int, "seeds": int, "why": str, "flags": str, "reuse": dict, "chosen_from": str}
 RUNGS = ("r1", "r2", "r3", "rE", "rH")
@@ -71,8 +76,7 @@ def read(path: str, task: str, root: str = ROOT, need=("first", "seeds", "flags"
         return None
     name = os.path.relpath(path, root) if path.startswith(root + os.sep) else path
     try:
-        with open(path, encoding="utf-8") as f:
-            c = json.load(f)
+        c = load_json(path)
     except (OSError, ValueError) as err:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
         what = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ValueError(f"{name}: not valid JSON or not readable ({what}); results/ladder.py writes it once: "
@@ -82,14 +86,15 @@ def read(path: str, task: str, root: str = ROOT, need=("first", "seeds", "flags"
     return c
 
 
-if __name__ == "__main__":  # results/round2.sh: run from the repository root
-    if len(sys.argv) != 2:
-        sys.exit(print("usage: python results/choice.py TASK", file=sys.stderr) or 2)
-    task = sys.argv[1]
-    try:
-        c = read(os.path.join("results", "round2", task, "choice.json"), task, root=".", need=("first", "seeds", "flags", "reuse"))
-    except ValueError as err:
-        sys.exit(print(f"results/round2.sh: {err}", file=sys.stderr) or 2)
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        raise ValueError("usage: python results/choice.py TASK")
+    task = argv[0]
+    c = read(os.path.join("results", "round2", task, "choice.json"), task, root=".", need=("first", "seeds", "flags", "reuse"))
     print(c["first"], c["seeds"], c["flags"])
     for row, d in c["reuse"].items():
         print(row, d)
+
+
+if __name__ == "__main__":  # results/round2.sh: run from the repository root; a bad file: one line, exit 2
+    sys.exit(run(main, "results/round2.sh", sys.argv[1:]))

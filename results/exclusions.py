@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as `python results/exclusions.py`: the repo
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from lab import stats, tables  # noqa: E402
-from lab.cli import no_arguments, write_json  # noqa: E402
+from lab.cli import no_arguments, parse_json, read_json, run, write_json  # noqa: E402
 from results import ladder, study  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,8 +83,15 @@ def twins(task: str) -> dict:
 
 def losses(e: dict) -> list:
     """A run's logged training losses (metrics.jsonl): twins whose losses agree everywhere reran bitwise."""
-    with open(os.path.join(e["run_dir"], "metrics.jsonl")) as f:
-        return [json.loads(line).get("loss") for line in f if line.strip()]
+    path = os.path.join(e["run_dir"], "metrics.jsonl")
+    with open(path, encoding="utf-8") as f:
+        try:
+            recs = [parse_json(line) for line in f if line.strip()]
+        except ValueError as err:
+            raise ValueError(f"{path}: not a log ({err})") from None
+    if not all(isinstance(r, dict) for r in recs):
+        raise ValueError(f"{path}: not a log (a line that is not a JSON object)")
+    return [r.get("loss") for r in recs]
 
 
 def rounds(task: str) -> dict:
@@ -237,9 +244,38 @@ def upper_first(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def chaos_record() -> dict:
+    """results/chaos/chaos.json, with every value chaos_line reads checked: one line naming the file and the key
+    otherwise (a damaged file, or a row without an ICC)."""
+    c = read_json(CHAOS)
+    words = {"number": "a number", dict: "an object", list: "a list", int: "an integer", str: "a string"}
+
+    def need(where, v, kind):
+        ok = (isinstance(v, (int, float)) if kind == "number" else isinstance(v, kind)) and not isinstance(v, bool)
+        if not ok:
+            raise ValueError(f"{CHAOS}: {where} must be {words[kind]}, got {json.dumps(v)[:40]}; regenerate it with "
+                             f"python results/chaos.py")
+        return v
+    need("the file", c, dict)
+    need("'finished'", c.get("finished", 0), int)
+    if not need("'rows'", c.get("rows", {}), dict):
+        return c
+    need("'complete_layers'", c.get("complete_layers"), int)
+    for row, v in c["rows"].items():
+        need(f"'rows'[{row!r}]", v, dict)
+        for k in ("icc", "icc_lo", "icc_hi", "std_within", "std_between"):
+            need(f"'rows'[{row!r}][{k!r}]", v.get(k), "number")
+        need(f"'rows'[{row!r}]['verdict']", v.get("verdict"), str)
+    for i, t in enumerate(need("'family'", c.get("family"), list)):
+        need(f"'family'[{i}]", t, dict)
+        for k, kind in (("holm_p", "number"), ("verdict", str), ("row", str), ("variance", str)):
+            need(f"'family'[{i}][{k!r}]", t.get(k), kind)
+    return c
+
+
 def chaos_line(where: str = "in results/README.md") -> str:
     """The perturbation study's state (results/chaos.py), from results/chaos/chaos.json when it exists."""
-    c = json.load(open(CHAOS)) if os.path.isfile(CHAOS) else {}
+    c = chaos_record() if os.path.lexists(CHAOS) else {}
     if not c.get("rows"):
         done = c.get("finished", 0)
         return (f"a preregistered perturbation study measures seed against chaos directly (`results/chaos.py`; "
@@ -339,7 +375,6 @@ def lines(out: dict) -> list[str]:
 
 
 def main() -> None:
-    no_arguments("results/exclusions.py")
     sp = spreads()
     out = {"twins": [twins("dyck"), twins("copy")], "correlations": correlations(), "spreads": sp, "power": power(sp),
            "unpaired": unpaired(), "ema": ema(), "declared": declared()}
@@ -350,5 +385,6 @@ def main() -> None:
     print("\n".join(text))
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # a damaged or inconsistent input (ValueError): one line naming it, exit 2
+    no_arguments("results/exclusions.py")
+    sys.exit(run(lambda argv: main(), "results/exclusions.py"))

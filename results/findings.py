@@ -39,7 +39,7 @@ if __package__ in (None, ""):  # run as `python results/findings.py`: the reposi
 
 import config  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
-from lab.cli import fmt, run, write_json  # noqa: E402
+from lab.cli import atomic_write, fmt, run, write_json  # noqa: E402
 from results import chaos  # noqa: E402
 
 ROWS = ("fixed", "window", "rl")
@@ -326,7 +326,7 @@ def plot(done: dict, path: str) -> None:
         ax.set_ylabel("Oracle OOD accuracy (%)", fontsize=8)
     fig.suptitle("50 runs per schedule (10 seeds x 5 runs; black: the mean). One run is one draw.", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
     plt.close(fig)
 
 

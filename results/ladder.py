@@ -65,7 +65,7 @@ if __package__ in (None, ""):  # run as `python results/ladder.py`: the reposito
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from lab import stats, tables  # noqa: E402
-from lab.cli import no_arguments, run, write_json  # noqa: E402
+from lab.cli import atomic_write, no_arguments, run, write_json  # noqa: E402
 from results import study  # noqa: E402
 
 LADDER = os.path.join(ROOT, "results", "ladder")
@@ -388,7 +388,7 @@ def plot(plt, task: str, rungs: dict) -> None:
     bx.minorticks_off()
     bx.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(LADDER, f"{task}.png"), dpi=110, metadata={"Software": None})
+    atomic_write(os.path.join(LADDER, f"{task}.png"), lambda f: fig.savefig(f, format="png", dpi=110, metadata={"Software": None}))
     plt.close(fig)
 
 

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import train  # noqa: E402
 from config import build  # noqa: E402
 from lab import rundir, stack  # noqa: E402
-from lab.cli import write_json  # noqa: E402
+from lab.cli import run, write_json  # noqa: E402
 from tasks import IGNORE, PAD, train_batch  # noqa: E402
 
 
@@ -39,8 +39,9 @@ def old_stack(tree: str):
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (1, 3) or not os.path.isfile(os.path.join(argv[0], "stack.py")):
-        print("usage: python results/layout_bench.py OLD_CHECKOUT [--json PATH]", file=sys.stderr)
-        return 2
+        raise ValueError("usage: python results/layout_bench.py OLD_CHECKOUT [--json PATH]")
+    if len(argv) == 3:
+        rundir.check_output("--json", argv[2])
     torch.set_num_threads(1)
     old = old_stack(argv[0])
     out = {"what": "one stacked training step (forward + backward), S seeds, old stack.py vs lab/stack.py, alternated in "
@@ -94,4 +95,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(main, "results/layout_bench.py", sys.argv[1:]))

@@ -9,7 +9,6 @@ their metrics.jsonl equal but for the wall clock.
     python results/layout_check.py /tmp/old --json results/layout_check.json
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -21,7 +20,7 @@ if __package__ in (None, ""):  # run as `python results/layout_check.py`: the re
 import torch  # noqa: E402
 
 from lab import rundir  # noqa: E402
-from lab.cli import write_json  # noqa: E402
+from lab.cli import parse_json, read_json, run, write_json  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
@@ -85,11 +84,11 @@ def compare(old: str, new: str) -> dict:
                 if c["config"].get(key, default) == default:
                     c["config"].pop(key, None)
         diffs += [f"{k} ckpt{p}" for p in same_tensors(*ck)]
-        ev = [json.load(open(os.path.join(d[k], "eval.json"))) for d in (ro, rn)]
+        ev = [read_json(os.path.join(d[k], "eval.json")) for d in (ro, rn)]
         for f in ("metrics", "acc", "val_acc", "hard_acc", "shortcuts", "K", "lengths", "raw_metrics", "full_depth"):
             if ev[0].get(f) != ev[1].get(f):
                 diffs.append(f"{k} eval.json {f}")
-        logs = [[{a: v for a, v in json.loads(line).items() if a not in CLOCK} for line in open(os.path.join(d[k], "metrics.jsonl"))]
+        logs = [[{a: v for a, v in parse_json(line).items() if a not in CLOCK} for line in open(os.path.join(d[k], "metrics.jsonl"))]
                 for d in (ro, rn)]
         if logs[0] != logs[1]:
             diffs.append(f"{k} metrics.jsonl")
@@ -98,8 +97,9 @@ def compare(old: str, new: str) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--json") or not os.path.isfile(os.path.join(argv[0], "train.py")):
-        print("usage: python results/layout_check.py OLD_CHECKOUT [--json PATH]", file=sys.stderr)
-        return 2
+        raise ValueError("usage: python results/layout_check.py OLD_CHECKOUT [--json PATH]")
+    if len(argv) == 3:
+        rundir.check_output("--json", argv[2])
     old_tree = os.path.abspath(argv[0])
     old_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=old_tree, capture_output=True, text=True).stdout.strip()
     out = {"what": "tiny runs of every schedule and code path, trained by the old checkout's train.py and by this one "
@@ -121,4 +121,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(main, "results/layout_check.py", sys.argv[1:]))

@@ -7,7 +7,6 @@ numbers beside the best shortcut, and accuracy against the number of loops K at 
     python results/recipes.py
 """
 
-import json
 import os
 import sys
 
@@ -18,7 +17,7 @@ if __package__ in (None, ""):  # run as `python results/recipes.py`: the reposit
 import config  # noqa: E402
 import metrics  # noqa: E402
 from lab import records, tables  # noqa: E402
-from lab.cli import no_arguments  # noqa: E402
+from lab.cli import atomic_write, no_arguments, parse_json, run  # noqa: E402
 
 
 DIR = os.path.join(ROOT, "results", "recipes")
@@ -81,11 +80,11 @@ def plots(rows: dict) -> None:
                    marker=".", label="longest ID length")
         ax[0].set(xlabel="loop steps K", ylabel="exact match", ylim=(-0.02, 1.02), title=f"{task}: accuracy vs K")
         ax[0].legend(fontsize=8)
-        log = [json.loads(l) for l in open(os.path.join(run_dir(task), "metrics.jsonl")) if '"id_acc"' in l]
+        log = [parse_json(l) for l in open(os.path.join(run_dir(task), "metrics.jsonl")) if '"id_acc"' in l]
         ax[1].plot([r["step"] for r in log], [r["id_acc"] for r in log], marker=".")
         ax[1].set(xlabel="training step", ylabel="ID exact match (%)", ylim=(-2, 102), title="learning curve")
         fig.tight_layout()
-        fig.savefig(os.path.join(DIR, f"{task}.png"), dpi=100, metadata={"Software": None})
+        atomic_write(os.path.join(DIR, f"{task}.png"), lambda f: fig.savefig(f, format="png", dpi=100, metadata={"Software": None}))
         plt.close(fig)
 
 
@@ -116,6 +115,6 @@ def main() -> None:
     print(f"wrote the recipes table of {README} ({len(rows)} tasks)")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a damaged or inconsistent input (ValueError): one line naming it, exit 2
     no_arguments("results/recipes.py")
-    main()
+    sys.exit(run(lambda argv: main(), "results/recipes.py"))

@@ -19,7 +19,7 @@ import torch  # noqa: E402
 import metrics  # noqa: E402
 from config import Config, trained_depth  # noqa: E402
 from lab import records, rundir  # noqa: E402
-from lab.cli import write_json  # noqa: E402
+from lab.cli import run, write_json  # noqa: E402
 from tasks import eval_set  # noqa: E402
 
 FIELDS = ("lengths", "K", "acc", "val_acc", "hard_acc", "shortcuts", "metrics")
@@ -31,8 +31,9 @@ def main(argv: list[str]) -> int:
         i = argv.index("--json")
         json_out, argv = argv[i + 1], argv[:i] + argv[i + 2:]
     if not argv or not all(os.path.isdir(d) for d in argv):
-        print("usage: python results/regenerate_check.py FOLDER [FOLDER ...] [--json PATH]", file=sys.stderr)
-        return 2
+        raise ValueError("usage: python results/regenerate_check.py FOLDER [FOLDER ...] [--json PATH]")
+    if json_out:
+        rundir.check_output("--json", json_out)
     out = {"what": "finished runs rebuilt from their ckpt.pt and evaluated again by today's code; every field of "
                    "eval.json that evaluation writes compared for equality", "runs": [], "env": rundir.environment()}
     for d in records.find_runs(argv):
@@ -57,4 +58,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(main, "results/regenerate_check.py", sys.argv[1:]))

@@ -39,7 +39,7 @@ from config import Config  # noqa: E402
 import metrics  # noqa: E402
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
-from lab.cli import no_arguments, run  # noqa: E402
+from lab.cli import atomic_write, no_arguments, run  # noqa: E402
 from results import choice  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")
@@ -337,7 +337,7 @@ def strip_plot(plt, path: str, title: str, rows: dict, key: str, label: str, sho
     ax.set_xticks(range(len(rows)), list(rows), rotation=30, ha="right", fontsize=8)
     ax.set(ylabel=f"{label} (%) per seed", title=title + " (hollow: not converged)", ylim=(-2, 102))
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110, metadata={"Software": None}))
     plt.close(fig)
     return path
 

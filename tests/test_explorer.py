@@ -91,7 +91,7 @@ def test_bad_input_is_one_line_and_no_file(tmp_path, capsys, case):
     assert evaluate.cli(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("evaluate.py: error: "), err
-    expect = {"empty": "no runs", "mixed": "one task a page", "damaged": "malformed eval.json", "no folder": "not writable", "a folder": "a folder; name the page's file",
+    expect = {"empty": "no runs", "mixed": "one task a page", "damaged": "malformed eval.json", "no folder": "not a writable folder", "a folder": "a folder; name the page's file",
               "own file": "a run's own file", "with --out": "writes the page alone"}[case]
     assert expect in err, err
     assert not page.exists() and not (tmp_path / "eval.json").exists() and os.listdir(tmp_path) == ["runs"]

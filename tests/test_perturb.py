@@ -82,9 +82,13 @@ def fake(seed, j, ood):
 
 def test_tables_hold_replicates_in_one_row_with_their_within_seed_std():
     ys = {0: [10.0, 12.0, 14.0], 1: [30.0, 31.0, 35.0]}
-    runs = [fake(s, j, y) for s, v in ys.items() for j, y in enumerate(v)]
+    runs = [fake(s, j, y) for s, v in ys.items() for j, y in enumerate(v, start=1)]
     groups = tables.group_runs(runs)
     assert len(groups) == 1 and len(next(iter(groups.values()))) == 6
+    # EPS is part of the experiment: the plain runs of the same seeds are another row, labelled by it
+    both = tables.group_runs(runs + [fake(0, 0, 11.0), fake(1, 0, 32.0)])
+    assert sorted(len(g) for g in both.values()) == [2, 6]
+    assert sorted(label for _, label in both) == ["fixed c=20 perturb=0", "fixed c=20 perturb=1e-06"]
     row = tables.table_row(next(iter(groups.values())))
     # by hand: within-seed sums of squares 8 and 14 over 2 + 2 degrees of freedom
     assert math.isclose(row["within_seed_std"], math.sqrt(22 / 4)) and row["n_seeds"] == 2

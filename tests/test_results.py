@@ -1,4 +1,5 @@
 """The committed results agree with the code that claims them."""
+import dataclasses
 import json
 import os
 import random
@@ -286,6 +287,7 @@ def test_round2_sh_trains_the_declared_runs_it_cannot_reuse(tmp_path):
     (tmp_path / "results").mkdir()
     for name in ("round2.sh", "choice.py"):  # round2.sh checks choice.json with results/choice.py
         shutil.copy(os.path.join(study.ROOT, "results", name), tmp_path / "results" / name)
+    shutil.copytree(os.path.join(study.ROOT, "lab"), tmp_path / "lab")  # choice.py's JSON reader: lab/cli.py
     for k in (0, 1, 2):
         (tmp_path / "old" / "fixed" / f"seed{k}").mkdir(parents=True)
         (tmp_path / "old" / "fixed" / f"seed{k}" / "eval.json").write_text("{}")
@@ -394,8 +396,9 @@ def test_the_chaos_study_analyses_complete_layers_of_converged_runs_only(tmp_pat
         d = chaos.run_dir(row, k, r)
         os.makedirs(d)
         m = {"oracle_hard_ood": y, "val_k_hard_ood": y, "policy_id": pid, "shortcut_hard_ood": 11.6}
-        with open(os.path.join(d, "eval.json"), "w") as f:
-            json.dump({"metrics": m, "env": {"cpu": "a cpu"}}, f)
+        cfg = chaos.train.parse_args(["--task", "dyck", "--seed", str(k), "--threads", "1"] + chaos.flags(row, r).split())
+        with open(os.path.join(d, "eval.json"), "w") as f:  # the declared command's settings (chaos.slot checks them)
+            json.dump({"metrics": m, "env": {"cpu": "a cpu"}, "config": dataclasses.asdict(cfg)}, f)
 
     monkeypatch.setattr(chaos, "load", lambda d: json.load(open(os.path.join(d, "eval.json")))
                         if os.path.isfile(os.path.join(d, "eval.json")) else None)

@@ -1,0 +1,409 @@
+"""Round five (issue 61): bad input is one line naming the value, exit 2, nothing on disk changed; a crash loses at
+most the work since the last checkpoint. Each test failed on the code before its fix (docs/reliability.md).
+
+    D6  a full disk cut results/README.md short (tables.splice wrote in place); every writer is one atomic write
+    D7  a symlinked .lock: train.py truncated its target; a planted temp-file link was written through
+    D8  theory_checks.py / bench.py --json onto a run's own file (eval.json, ckpt.pt)
+    S16 --perturb below float32's resolution changed no weight and was called a replicate
+    S17 --perturb EPS is part of a row's key: a plain run and a perturbed one are two rows
+    S19 results/chaos.py counted whatever run sat in a slot
+    S20 NaN EMA weights in ckpt.pt were resumed and read out
+    T18-T22 deeply nested JSON, a torn slot, a damaged chaos.json, a row with no converged run: tracebacks
+    H2  a FIFO named choice.json hung its readers
+    U16-U19 --threads overflow, a sweep stopped by one seed, readouts before the grouping refusal, bench measuring
+        nothing, --plot /proc/x
+    S21 readouts.json of a run trained again since
+"""
+
+import dataclasses
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import bench
+import config
+import evaluate
+import theory_checks
+import train
+from lab import cli, rundir, tables
+from results import chaos, choice, exclusions
+
+from test_bad_inputs import TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEEP = "[" * 100000 + "]" * 100000  # nested far past the interpreter's recursion limit
+
+
+def call(fn, argv):
+    """A command; a traceback (the bug) becomes the exception's name, so the assertions fail on it."""
+    try:
+        return fn(argv)
+    except Exception as err:  # noqa: BLE001
+        return f"raised {type(err).__name__}: {err}"
+
+
+def one_line(capsys, code, want=2) -> str:
+    err = capsys.readouterr().err
+    assert code == want and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (code, err)
+    return err
+
+
+def command_line(proc, want=2) -> str:
+    err = proc.stderr
+    assert proc.returncode == want and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (proc.returncode, err)
+    return err
+
+
+def chaos_copy(tmp_path) -> str:
+    """results/chaos.py copied into a scratch repository tmp_path (ROOT is its parent's parent), with a
+    results/README.md holding the chaos markers; the project's modules come from PYTHONPATH."""
+    os.makedirs(tmp_path / "results")
+    shutil.copy(os.path.join(ROOT, "results", "chaos.py"), tmp_path / "results" / "chaos.py")
+    (tmp_path / "results" / "README.md").write_text("# notebook\n" + "filler line of the notebook\n" * 3000
+                                                    + "<!-- chaos:begin -->\nold\n<!-- chaos:end -->\nend\n")
+    return str(tmp_path / "results" / "chaos.py")
+
+
+def run_chaos(script, limit_bytes=None, args=()):
+    def limit():
+        if limit_bytes:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=300, preexec_fn=limit,
+                          env={**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"})
+
+
+def committed_slot(row="fixed", k=100, r=0) -> str:
+    return os.path.join(ROOT, "results", "chaos", "dyck", row, f"seed{k}", f"r{r}")
+
+
+# --- D6: one atomic write ---------------------------------------------------------------------------------
+
+def test_d6_a_full_disk_leaves_results_readme_whole(tmp_path):
+    script = chaos_copy(tmp_path)
+    readme = tmp_path / "results" / "README.md"
+    before = readme.read_bytes()
+    assert len(before) > 60 * 1024
+    err = command_line(run_chaos(script, limit_bytes=40 * 1024), want=1)  # `ulimit -f 40`
+    assert "README.md" in err
+    assert readme.read_bytes() == before  # unfixed: cut at 40 KiB
+    assert not [f for f in os.listdir(readme.parent) if ".tmp" in f]
+
+
+def test_d6_every_writer_goes_through_the_one_atomic_write():
+    """No file of lab/, results/*.py, theory_checks.py, bench.py or evaluate.py opens a file for writing, or saves a
+    figure to a path, except cli.temp_file (atomic_write's temp file); appending to metrics.jsonl is a log."""
+    files = [os.path.join("lab", f) for f in os.listdir(os.path.join(ROOT, "lab")) if f.endswith(".py")]
+    files += [os.path.join("results", f) for f in os.listdir(os.path.join(ROOT, "results")) if f.endswith(".py")]
+    files += ["theory_checks.py", "bench.py", "evaluate.py"]
+    writers = re.compile(r"""open\([^)]*["'](w|wb|w\+|x|xb)["']|\.savefig\((?!f\b)|write_text\(|write_bytes\(|json\.dump\(""")
+    found = [f"{f}:{i}" for f in files for i, line in enumerate(open(os.path.join(ROOT, f)), 1) if writers.search(line)]
+    assert found == [], found
+
+
+def test_d6_splice_refuses_missing_markers_in_one_line(tmp_path):
+    p = tmp_path / "notes.md"
+    p.write_text("no markers\n")
+    with pytest.raises(ValueError, match="markers"):
+        tables.splice(str(p), "chaos", ["x"])
+    assert p.read_text() == "no markers\n"
+
+
+# --- D7: links --------------------------------------------------------------------------------------------
+
+def test_d7_a_symlinked_lock_is_refused_and_its_target_untouched(tmp_path, capsys):
+    victim = tmp_path / "thesis.txt"
+    victim.write_text("years of work\n")
+    d = tmp_path / "run"
+    d.mkdir()
+    os.symlink(victim, d / ".lock")
+    err = one_line(capsys, call(train.cli, TINY + ["--out_dir", str(d)]))
+    assert ".lock" in err and "symlink" in err
+    assert victim.read_text() == "years of work\n" and sorted(os.listdir(d)) == [".lock"]
+
+
+def test_d7_a_planted_temp_file_link_is_not_written_through(tmp_path):
+    victim = tmp_path / "thesis.txt"
+    victim.write_text("years of work\n")
+    out = tmp_path / "table.md"
+    os.symlink(victim, f"{out}.tmp{os.getpid()}")  # the temp name atomic_write would use
+    cli.atomic_write(str(out), lambda f: f.write(b"the table\n"))
+    assert victim.read_text() == "years of work\n"
+    assert out.read_text() == "the table\n" and not out.is_symlink()
+
+
+# --- D8: an output flag onto a run's own file -------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["eval.json", "ckpt.pt", "config.json"])
+def test_d8_json_outputs_never_name_a_runs_own_file(base, name):  # noqa: F811
+    target = str(base / name)
+    with pytest.raises(ValueError, match="run's own file"):
+        theory_checks.validate(cli.parse(theory_checks.Config, ["--json", target]))
+    with pytest.raises(ValueError, match="run's own file"):
+        bench.parse_args(["--json", target])
+
+
+# --- S16, S17: what counts as a replicate -----------------------------------------------------------------
+
+def test_s16_a_perturbation_below_float32_resolution_is_refused(tmp_path, capsys):
+    d = tmp_path / "x"
+    err = one_line(capsys, call(train.cli, TINY + ["--perturb", "1e-9", "--perturb_seed", "1", "--out_dir", str(d)]))
+    assert "--perturb 1e-09" in err and "5.96e-08" in err and not d.exists()
+    assert rundir.MIN_PERTURB == 2.0 ** -24
+    cfg = train.parse_args(TINY + ["--perturb", "1e-9", "--perturb_seed", "1"])  # past validation: build refuses too
+    with pytest.raises(ValueError, match="changed no weight"):
+        config.build(cfg)
+    config.build(dataclasses.replace(cfg, perturb=rundir.MIN_PERTURB))  # the smallest allowed eps moves weights
+
+
+def fake(seed, eps, j, ood):
+    return {"task": "dyck", "schedule": "fixed", "seed": seed, "n_max": 6, "lengths": [3, 8], "run_dir": f"s{seed}e{eps}r{j}",
+            "config": {"perturb": eps, "perturb_seed": j, "seed": seed}, "metrics": {"oracle_ood": ood, "oracle": [100.0, ood]}}
+
+
+def test_s17_perturb_eps_is_part_of_a_rows_key():
+    plain = [fake(0, 0.0, 0, 10.0), fake(1, 0.0, 0, 20.0)]
+    small = [fake(0, 1e-6, j, 10.0 + j) for j in (1, 2)]
+    large = [fake(0, 1e-3, j, 12.0 + j) for j in (1, 2)]
+    groups = tables.group_runs(plain + small + large)
+    assert sorted(len(g) for g in groups.values()) == [2, 2, 2]
+    assert {label for _, label in groups} == {"fixed c=20 perturb=0", "fixed c=20 perturb=1e-06", "fixed c=20 perturb=0.001"}
+    assert len({tables.run_key(e) for e in small}) == 1  # perturb_seed stays the replicate, not the key
+
+
+# --- S19: a slot of the chaos study holds the declared run ------------------------------------------------
+
+def test_s19_chaos_refuses_a_run_of_another_command_in_a_slot(tmp_path):
+    script = chaos_copy(tmp_path)
+    slot = tmp_path / "results" / "chaos" / "dyck" / "fixed" / "seed101" / "r0"
+    shutil.copytree(committed_slot("fixed", 100, 0), slot)  # seed 100's run in seed 101's slot
+    readme = (tmp_path / "results" / "README.md").read_bytes()
+    err = command_line(run_chaos(script))
+    assert "fixed/seed101/r0" in err and "seed=100" in err
+    assert (tmp_path / "results" / "README.md").read_bytes() == readme
+    proc = run_chaos(script, args=["--queue"])  # chaos.sh: lanes.sh would skip the slot, so the queue refuses it
+    assert "fixed/seed101/r0" in command_line(proc) and proc.stdout == ""
+    shutil.rmtree(slot)
+    shutil.copytree(committed_slot("window", 101, 0), slot)  # another schedule in the slot
+    err = command_line(run_chaos(script))
+    assert "fixed/seed101/r0" in err and "schedule='window'" in err
+
+
+def test_s19_every_committed_chaos_run_is_its_slots_declared_run():
+    done = chaos.runs()
+    assert len(done) == 150
+
+
+# --- S20: every tensor of a checkpoint is checked, the EMA too --------------------------------------------
+
+EMA = ["--ema", "0.9", "--ema_start", "2"]
+
+
+@pytest.fixture(scope="module")
+def ema_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ema") / "run"
+    assert train.cli(TINY + EMA + ["--out_dir", str(d)]) == 0
+    return d
+
+
+def nan_ema(src, d, step=None):
+    shutil.copytree(src, d)
+    ck = torch.load(d / "ckpt.pt", weights_only=True)
+    next(iter(ck["ema"]["model"].values())).fill_(float("nan"))
+    if step is not None:  # an unfinished run, to resume
+        os.remove(d / "eval.json")
+        ck["step"], ck["acc_stats"] = step, {}
+    torch.save(ck, d / "ckpt.pt")
+    return d
+
+
+def test_s20_nan_ema_weights_are_refused_by_resume_and_readouts(ema_run, tmp_path, capsys):
+    assert rundir.non_finite({"ema": {"model": {"w": torch.tensor([float("nan")])}}}) == "ema model w"
+    d = nan_ema(ema_run, tmp_path / "resume", step=5)
+    before = snapshot(d)
+    err = one_line(capsys, call(train.cli, TINY + EMA + ["--resume", "--out_dir", str(d)]))
+    assert "non-finite" in err and "ema" in err and snapshot(d) == before
+    d = nan_ema(ema_run, tmp_path / "readouts")
+    before = snapshot(d)
+    err = one_line(capsys, call(evaluate.cli, [str(d), "--readouts", "--samples", "2"]))
+    assert "non-finite" in err and "ema" in err and snapshot(d) == before
+
+
+# --- T18, T19, H2: one bounded JSON reader ----------------------------------------------------------------
+
+def test_t18_deeply_nested_eval_json_is_one_line(base, tmp_path, capsys):  # noqa: F811
+    d = tmp_path / "run"
+    shutil.copytree(base, d)
+    (d / "eval.json").write_text(DEEP)
+    err = one_line(capsys, call(evaluate.cli, [str(d)]))
+    assert "eval.json" in err and "nested" in err
+
+
+def test_t19_deeply_nested_config_metrics_line_and_choice_are_one_line(base, tmp_path, capsys):  # noqa: F811
+    d = tmp_path / "cfg"
+    shutil.copytree(base, d)
+    (d / "config.json").write_text(DEEP)
+    before = snapshot(d)
+    err = one_line(capsys, call(train.cli, TINY + ["--resume", "--out_dir", str(d)]))
+    assert "config.json" in err and snapshot(d) == before
+    d = tmp_path / "log"  # an unfinished run whose metrics.jsonl's first line is nested
+    shutil.copytree(base, d)
+    os.remove(d / "eval.json")
+    ck = torch.load(d / "ckpt.pt", weights_only=True)
+    ck["step"], ck["acc_stats"] = 5, {}
+    torch.save(ck, d / "ckpt.pt")
+    lines = (d / "metrics.jsonl").read_text().splitlines()
+    (d / "metrics.jsonl").write_text("\n".join([DEEP] + lines[1:]) + "\n")
+    before = snapshot(d)
+    err = one_line(capsys, call(train.cli, TINY + ["--resume", "--out_dir", str(d)]))
+    assert "metrics.jsonl" in err and "line 1" in err and snapshot(d) == before
+    p = tmp_path / "choice.json"
+    p.write_text(DEEP)
+    with pytest.raises(ValueError, match="choice.json"):
+        choice.read(str(p), "dyck")
+    with pytest.raises(ValueError, match="too deeply"):
+        cli.parse_json(DEEP)
+
+
+def test_h2_a_fifo_named_choice_json_is_refused_not_read(tmp_path):
+    folder = tmp_path / "results" / "round2" / "dyck"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "choice.json")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "results", "choice.py"), "dyck"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert "choice.json" in command_line(proc) and "regular file" in proc.stderr
+    with pytest.raises(ValueError, match="regular file"):
+        cli.load_json(str(folder / "choice.json"))
+
+
+def test_h2_round2_sh_list_refuses_a_fifo_named_choice_json(tmp_path):
+    (tmp_path / "results" / "round2" / "dyck").mkdir(parents=True)
+    for name in ("round2.sh", "lanes.sh", "choice.py"):
+        shutil.copy(os.path.join(ROOT, "results", name), tmp_path / "results" / name)
+    shutil.copytree(os.path.join(ROOT, "lab"), tmp_path / "lab")  # choice.py reads with lab/cli.py
+    os.mkfifo(tmp_path / "results" / "round2" / "dyck" / "choice.json")
+    proc = subprocess.run(["bash", str(tmp_path / "results" / "round2.sh"), "--list"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert "choice.json" in command_line(proc) and proc.stdout == ""
+
+
+# --- T20, T21, T22: the study scripts' one-line error path ------------------------------------------------
+
+def test_t20_a_torn_eval_json_in_a_chaos_slot_is_one_line(tmp_path):
+    script = chaos_copy(tmp_path)
+    slot = tmp_path / "results" / "chaos" / "dyck" / "fixed" / "seed100" / "r0"
+    shutil.copytree(committed_slot(), slot)
+    (slot / "eval.json").write_text('{"task": "dyck"')
+    assert "fixed/seed100/r0/eval.json" in command_line(run_chaos(script))
+
+
+def test_t20_every_study_script_runs_its_main_through_cli_run():
+    """cli.run turns a ValueError (bad input), an OSError (a full disk) and Ctrl-C into one line."""
+    for f in sorted(os.listdir(os.path.join(ROOT, "results"))):
+        if f.endswith(".py") and f != "__init__.py":
+            text = open(os.path.join(ROOT, "results", f)).read()
+            if "__main__" in text:
+                main = text.split('if __name__ == "__main__":', 1)[1]
+                assert "run(" in main, f"results/{f}: its __main__ does not go through cli.run"
+
+
+@pytest.mark.parametrize("text, words", [('{"rows": {"fixed": ', "unreadable"),
+                                         ('{"rows": {"fixed": {"icc": null}}, "complete_layers": 5, "family": []}', "'icc'"),
+                                         ("[1]", "object")])
+def test_t21_a_damaged_chaos_json_is_one_line_naming_it(tmp_path, monkeypatch, text, words):
+    p = tmp_path / "chaos.json"
+    p.write_text(text)
+    monkeypatch.setattr(exclusions, "CHAOS", str(p))
+    with pytest.raises(ValueError) as err:
+        exclusions.chaos_line()
+    assert str(p) in str(err.value) and words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_t21_the_committed_chaos_json_passes_its_check():
+    assert exclusions.chaos_record()["rows"]
+
+
+def test_t22_a_chaos_row_with_no_converged_run_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(chaos, "ROOT", str(tmp_path))
+    monkeypatch.setattr(chaos, "CHAOS", str(tmp_path / "results" / "chaos"))
+
+    def fake_run(row, k, r):
+        y = 50.0 + k + r
+        return {"metrics": {"oracle_hard_ood": y, "val_k_hard_ood": y, "policy_id": 50.0 if row == "rl" else 100.0,
+                            "shortcut_hard_ood": 11.6}, "env": {"cpu": "a cpu"}}
+    done = {(row, k, r): fake_run(row, k, r) for row in chaos.ROWS for k in chaos.SEEDS for r in chaos.REPS}
+    with pytest.raises(ValueError, match="row rl: 0 converged runs"):
+        chaos.report(done)
+
+
+# --- H2's reader for every JSON, U16-U19 ------------------------------------------------------------------
+
+def test_u16_a_thread_count_out_of_range_names_the_flag(tmp_path, capsys):
+    err = one_line(capsys, call(train.cli, TINY + ["--threads", "99999999999", "--out_dir", str(tmp_path / "x")]))
+    assert "--threads 99999999999" in err and not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match="--threads"):
+        bench.parse_args(["--threads", "99999999999"])
+
+
+def test_u17_readouts_on_a_run_and_its_copy_are_refused_before_any_readout(base, tmp_path, capsys):  # noqa: F811
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(base, a)
+    shutil.copytree(base, b)
+    before = snapshot(tmp_path)
+    err = one_line(capsys, call(evaluate.cli, [str(a), str(b), "--readouts", "--samples", "2"]))
+    assert "appears 2 times" in err and snapshot(tmp_path) == before  # unfixed: readouts.json in both
+
+
+def test_u18_a_diverged_seed_stops_alone_and_is_named(tmp_path, monkeypatch, capsys):
+    real = train.train_run
+
+    def diverging(cfg, d, device, start):
+        if cfg.seed == 1:
+            raise FloatingPointError("non-finite loss at step 3; no checkpoint was written yet")
+        return real(cfg, d, device, start)
+    monkeypatch.setattr(train, "train_run", diverging)
+    code = call(train.cli, TINY + ["--seeds", "3", "--out_dir", str(tmp_path / "sweep2")])
+    err = capsys.readouterr().err
+    assert code == 1, (code, err)
+    assert "1 of 3 seeds stopped: seed 1 (non-finite loss at step 3" in err.strip().splitlines()[-1]
+    assert all((tmp_path / "sweep2" / f"seed{k}" / "eval.json").exists() for k in (0, 2))  # unfixed: seed 2 never ran
+
+
+def test_u19_bench_refuses_to_measure_nothing_and_plot_needs_a_real_folder(base, tmp_path, capsys):  # noqa: F811
+    with pytest.raises(ValueError, match="--only_stack"):
+        bench.parse_args(["--only_stack", "--stacks", ""])
+    err = one_line(capsys, call(evaluate.cli, [str(base), "--plot", "/proc/x"]))
+    assert "--plot" in err and "/proc" in err
+    assert rundir.creatable(str(tmp_path)) and os.listdir(tmp_path) == []  # the probe leaves nothing behind
+
+
+# --- S21: readouts.json is tied to the weights it read ----------------------------------------------------
+
+def test_s21_readouts_of_a_run_trained_again_since_are_refused(base, tmp_path, capsys, monkeypatch):  # noqa: F811
+    d = tmp_path / "run"
+    shutil.copytree(base, d)
+    assert evaluate.cli([str(d), "--readouts", "--samples", "2"]) == 0
+    assert json.load(open(d / "readouts.json"))["tie"]["ckpt.pt"]
+    capsys.readouterr()
+    ck = torch.load(d / "ckpt.pt", weights_only=True)  # train.py --overwrite: another ckpt.pt, another eval.json
+    next(iter(ck["model"].values())).add_(1.0)
+    torch.save(ck, d / "ckpt.pt")
+    err = one_line(capsys, call(evaluate.cli, [str(d), "--plot", str(tmp_path / "plots")]))
+    assert "readouts.json" in err and "trained again" in err
+    # replaced while the readouts are computed: nothing written
+    os.remove(d / "readouts.json")
+    real = evaluate.readouts.readout_report
+
+    def replaced_meanwhile(*a, **k):
+        out = real(*a, **k)
+        (d / "eval.json").write_bytes((d / "eval.json").read_bytes() + b"\n")
+        return out
+    monkeypatch.setattr(evaluate.readouts, "readout_report", replaced_meanwhile)
+    err = one_line(capsys, call(evaluate.cli, [str(d), "--readouts", "--samples", "2"]))
+    assert "changed while" in err and not (d / "readouts.json").exists()
