@@ -8,8 +8,9 @@ A row's runs share every setting that changes the experiment: the config minus p
 is labelled by its schedule, the schedule's own depth knobs (c, w) and every setting that differs
 between the rows of its task.
 
-    Oracle OOD    mean over seeds of the per-seed Oracle OOD (%)
-    Std           sample standard deviation (ddof 1) of the per-seed Oracle OOD (pp) [bootstrap 95% interval]
+    Oracle OOD    mean over runs of the Oracle OOD (%); one run a seed, or a seed's --perturb replicates
+    Std           sample standard deviation (ddof 1) over runs of the Oracle OOD (pp) [bootstrap 95% interval, seeds
+                  resampled: a seed's replicates drawn together]
     Front@90      read off the seed-mean oracle curve
     val-K OOD, ID-K OOD, Gap, Policy OOD, exit depth, flip rate: means over seeds
     shortcut      the best trivial predictor's OOD exact match (the same for every seed: fixed test sets)

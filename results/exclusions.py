@@ -46,7 +46,6 @@ from results import ladder, study  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "results", "exclusions.json")
 README = os.path.join(ROOT, "results", "README.md")
-FRONT = os.path.join(ROOT, "README.md")  # its five results lines, between <!-- results:begin --> and <!-- results:end -->
 CHAOS = os.path.join(ROOT, "results", "chaos", "chaos.json")
 REPS = 4000
 
@@ -300,32 +299,6 @@ def chaos_line(where: str = "in results/README.md") -> str:
             f"against between-seed {between}), and {effect}.")
 
 
-def front(out: dict) -> list[str]:
-    """README.md's results lines (at most five), every number from `out`."""
-    t, sp, pw, d = out["twins"][0], out["spreads"], out["power"], out["declared"]
-    dy = sp["dyck_all_samples"]
-    cg = sp["copy_gap"]
-    f = lambda v, s=".2f": format(v, s)
-    return [
-        f"- On dyck at this CPU scale much of a run's OOD accuracy is numerical chaos: reruns of one seed under other "
-        f"rounding (the ladder's r2 runs, retrained on another CPU model) spread as much as different seeds (the seed's share of the variance, ICC "
-        f"{f(t['icc'], '+.2f')}, 95% interval [{f(t['icc_lo'], '+.2f')}, {f(t['icc_hi'], '+.2f')}]); "
-        + chaos_line(),
-        f"- Excluded at this scale: the paper's RL-Halting spread ratio (rl / fixed Std {f(sp['dyck']['ratio'])} "
-        f"[{f(sp['dyck']['lo'])}, {f(sp['dyck']['hi'])}] on dyck's hard subset, {f(sp['copy']['ratio'])} "
-        f"[{f(sp['copy']['lo'])}, {f(sp['copy']['hi'])}] on copy, against the paper's {f(sp['dyck']['paper'])} and "
-        f"{f(sp['copy']['paper'])}).",
-        f"- Contradicted on the paper's own dyck metric (all-sample Oracle OOD, outside the declared family): the window "
-        f"spreads more than fixed, Std {f(dy['std_window'], '.1f')} vs {f(dy['std_fixed'], '.1f')}, paired p {study.fmtp(dy['p_paired'])}.",
-        f"- Reproduced on copy in direction only: the window's and rl's smaller Gap (Holm p {study.fmtp(d['gap_window_holm'])} "
-        f"and {study.fmtp(d['gap_rl_holm'])}), but {f(cg['window']['gap'], '.1f')} and {f(cg['rl']['gap'], '.1f')} vs fixed's "
-        f"{f(cg['window']['gap_fixed'], '.1f')} points here against {f(cg['paper']['window'], '.1f')} and "
-        f"{f(cg['paper']['rl'], '.1f')} vs {f(cg['paper']['fixed'], '.1f')} in the paper. No spread claim is decided: Holm p >= "
-        f"{study.fmtp(min(d['spread_holm']))} at 16 runs a row, which detect only Std ratios >= {pw['ratio_80_at_16']:.1f}.",
-        "- Every table, verdict, protocol and amendment, with the shortcut beside each accuracy: "
-        "[results/README.md](results/README.md) (these lines: `python results/exclusions.py`)."]
-
-
 def lines(out: dict) -> list[str]:
     t = {x["task"]: x for x in out["twins"]}
     c, sp, pw = out["correlations"], out["spreads"], out["power"]
@@ -381,7 +354,6 @@ def main() -> None:
     write_json(OUT, out)
     text = lines(out)
     tables.splice(README, "exclusions", text)
-    tables.splice(FRONT, "results", front(out))
     print("\n".join(text))
 
 

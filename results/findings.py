@@ -5,7 +5,8 @@ these analyses was declared before its data; the declared ones (results/chaos.py
 they were. The unit is the seed: a seed's five runs of the perturbation study (r 0 plain, r 1..4 nudged) are one
 cluster.
 
-    python results/findings.py      # the block, the JSON and the picture, from the committed runs (deterministic)
+    python results/findings.py      # the block, README's Results, the JSON and the picture (deterministic; after
+                                    # results/exclusions.py, whose JSON it reads)
 
 1. means: window and rl against fixed on the hard subset, on all samples (the paper's metric) and on the easy
    samples (the complement of the hard subset), from the study's 10 seeds x 5 runs: the difference of the seeds'
@@ -306,6 +307,35 @@ def lines(o: dict) -> list[str]:
     return out
 
 
+def front(o: dict) -> list[str]:
+    """README.md's Results, in plain words first (at most eight lines and the picture); every number from o and
+    results/exclusions.json."""
+    with open(os.path.join(ROOT, "results", "exclusions.json")) as f:
+        ex = json.load(f)
+    w, wa, r2 = o["means"][f"window {HARD}"], o["means"][f"window {ALL}"], o["round_two"]
+    s, rl, gap = o["spread_all"]["window"], ex["spreads"]["dyck"], ex["spreads"]["copy_gap"]
+    return [
+        "What 150 runs of the default recipe say (dyck at this CPU scale, d_model 64 and 800 steps: 10 seeds x 5 runs each "
+        "of fixed depth, the window and RL-Halting), with round two's 16 fresh seeds a row beside them:",
+        "",
+        f"- **The window scored lower than fixed depth, not higher**: {w['mean']:.1f}% against {w['fixed']:.1f}% on dyck's hard "
+        f"subset (a difference of {w['diff']:+.1f} points, 95% interval [{w['lo']:+.1f}, {w['hi']:+.1f}]) and {wa['mean']:.1f}% against "
+        f"{wa['fixed']:.1f}% on all samples, the paper's metric, where the paper has the window 3.6 points above. Round two's fresh "
+        f"seeds agree ({r2[f'window {ALL}']['diff']:+.1f} points on all samples).",
+        f"- **It also spread more**: on all samples its runs spread {s['ratio']:.1f} times as widely as fixed depth's (Std "
+        f"{s['std']:.1f} against {s['std_fixed']:.1f} points). The paper's much steadier RL-Halting (0.15 of fixed's spread) "
+        f"is excluded here: {rl['ratio']:.2f} [{rl['lo']:.2f}, {rl['hi']:.2f}] on the hard subset.",
+        "- **One run is one draw**: two runs of one seed, nudged by rounding-sized noise, differ on the hard subset about as "
+        "much as two seeds do, so a comparison needs many runs (`python evaluate.py NEW --against REF`, below).",
+        f"- On copy only the direction of the paper's smaller Gap reproduces ({gap['window']['gap']:.1f} points against fixed's "
+        f"{gap['window']['gap_fixed']:.1f} here; {gap['paper']['window']:.1f} against {gap['paper']['fixed']:.1f} in the paper). "
+        "The paper's GPU scale is untested.",
+        "- Every figure with its test, interval and caveat: [results/README.md](results/README.md) (these lines: "
+        "`python results/findings.py`).",
+        "",
+        "![every run of the perturbation study, per schedule: hard subset and all samples](results/findings.png)"]
+
+
 def plot(done: dict, path: str) -> None:
     """The README's picture: every run of the study, per schedule, on the hard subset and on all samples."""
     import matplotlib
@@ -336,6 +366,7 @@ def main(argv) -> None:
     o = analyse()
     text = lines(o)
     tables.splice(os.path.join(ROOT, "results", "README.md"), "findings", text)
+    tables.splice(os.path.join(ROOT, "README.md"), "results", front(o))
     write_json(os.path.join(ROOT, "results", "findings.json"), {k: v for k, v in o.items()})
     try:
         plot(chaos.runs(), os.path.join(ROOT, "results", "findings.png"))
