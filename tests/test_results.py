@@ -373,6 +373,7 @@ def test_the_findings_and_readmes_results_are_what_their_json_says():
     block = lambda path, tag: open(path).read().split(f"<!-- {tag}:begin -->\n", 1)[1].split(f"<!-- {tag}:end -->", 1)[0]
     assert block("results/README.md", "findings").rstrip("\n").split("\n") == findings.lines(o)
     assert block("README.md", "results").rstrip("\n").split("\n") == findings.front(o)  # every number from here
+    assert block("README.md", "span").rstrip("\n").split("\n") == findings.span(o)
     m = o["means"]["window oracle_hard_ood"]
     assert m["diff"] < 0 and m["hi"] < 0 and m["p"] < 0.05  # the window below fixed: the README's first finding
 
