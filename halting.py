@@ -30,43 +30,14 @@ draw it before the forward pass, rl samples it during the loop. Weighted ones (m
 act) read out every depth of one unrolled trajectory; trm_halt supervises a sequence of detached steps. Each
 equation sits above the line that computes it.
 
-To use this with your model (this file imports only torch: copy it alone)
-----------------------------------------------------------------------------
-Your looped model provides three methods (model.py's LoopedTransformer has them):
+To use this with your model (this file imports only torch: copy it alone): your looped model provides
+embed(x) -> h0, step(h, h0, t) -> H_t and readout(h) -> logits (model.py's LoopedTransformer has them); then
 
-    embed(x) -> h0 (B, P, D)         x: token ids (B, P), or any input your embed accepts (one-hot (B, P, V)
-                                     through a linear read-in, ...); h0 is injected into every step. D is the
-                                     width of the loop's state h, the d_model= a learned schedule is built with
-    step(h, h0, t) -> H_t (B, P, D)  one loop step, t = 1, 2, ... (1-based; a step may ignore it). The optimised
-                                     paths call it on a subset of the batch's rows (h and h0 sliced alike),
-                                     never on 0 rows
-    readout(h) -> logits (B, P, V)
+    schedule = make_schedule("window", w=5, T_max=20)
+    loss, stats = schedule.loss(model, x, y, Tn, gen)     # y: IGNORE (-100) where not scored; gen: a Generator
 
-and optionally init_state(h0) -> H_0, the state before step 1 (default: h0 itself, so step 1 receives h0
-twice; a loop that starts from zeros returns torch.zeros_like(h0)), and forward_depths(x, depth (B,)) ->
-(B, P, V), a faster path used when present. Then:
-
-    schedule = make_schedule("window", w=5, T_max=20)         # learned ones also take d_model=D, pad_id
-    opt = torch.optim.AdamW([*model.parameters(), *schedule.parameters()])  # else a halting head never learns
-    loss, stats = schedule.loss(model, x, y, Tn, gen)         # add mask= when x is not token ids
-    K = schedule.policy(Tn, T_test, hidden=unroll(model, x, T_test)[1], mask=mask)  # test depth (B,)
-
-    y       (B, P) int64 targets on x's device, each in 0..V-1 or IGNORE (-100) wherever a position is not
-            scored (never -1): fold your answer mask into y
-    Tn      (B,) int32 or int64 tensor on x's device, T(n) per sample (a (B, 1), float, bool, uint8, int8, int16
-            or numpy Tn is refused)
-    gen     a torch.Generator: the stream of depth draws (required; there is no global-RNG fallback)
-    mask    (B, P) bool, True at real tokens, what a halting head pools over. Default: x != pad_id, which
-            needs token ids (pad_id=None: every position is real); pass it for any other input
-    hidden  (T_test+1, B, P, D), index 0 = H_0 (the state before step 1); only learned schedules read it
-            (Tn may then be None)
-
-Every schedule's loss and policy check these arguments on entry (the checks at the end of the file): a wrong
-one raises ValueError naming it, its shape, dtype and what is expected; y's values too (no negative target but
-IGNORE). The schedule's weights (a halting head, fixed_prior's pi) must be on x's device, and a halting head,
-built for states of width d_model=D, takes the dtype of the model's state h (schedule.to(device, dtype)): a
-mismatch raises ValueError naming both. stats (a dict of floats): "loss" (the task loss, without any halting
-term), "block_evals" (block applications per sample), "depth" (the mean supervised depth).
+The full contract (shapes, dtypes, devices, what is optional) is CONTRACT at the end of the file, beside the
+checks that enforce it.
 """
 
 import inspect
@@ -771,6 +742,8 @@ def make_schedule(name: str, **kwargs) -> Schedule:
     check(name in SCHEDULES, f"unknown schedule {name!r}: choose from {', '.join(SCHEDULES)}")
     bad = sorted(set(kwargs) - set(settings(name)))
     check(not bad, f"schedule {name} has no setting {', '.join(bad)}: its settings are {', '.join(settings(name))}")
+    for key, value in kwargs.items():
+        check_setting(key, value)  # the kind of every value on entry (the checks at the end); ranges: the classes
     return SCHEDULES[name](**kwargs)
 
 
@@ -876,11 +849,32 @@ def check_head(head: nn.Linear, h: torch.Tensor) -> None:
               f"{h.device}: move the schedule with schedule.to('{h.device}', {h.dtype})")
 
 
+# make_schedule's settings by kind: an integer (a bool is not one) at least this, a finite number, a bool
+AT_LEAST = {"T_max": 1, "w": 0, "c": 1, "r_bar": 1, "trm_steps": 1, "trm_sup": 0, "bptt_k": 0, "d_model": 1}
+FINITE = ("sigma", "lambda_ent", "beta", "lambda_p", "alpha", "tau_act", "act_eps", "halt_explore", "trm_bce")
+
+
+def check_setting(key: str, v) -> None:
+    """One setting of make_schedule, e.g. w=1.5 or c=2.5 (a depth is a whole number of loop steps), d_model=-3,
+    lambda_ent=inf: one ValueError naming it and what is allowed. The choices (prior, r_per, ...) and the
+    ranges that depend on other settings (c <= T_max, ...) are the schedule classes' to check."""
+    is_int = isinstance(v, int) and not isinstance(v, bool)
+    if key in AT_LEAST:
+        check(is_int and v >= AT_LEAST[key], f"{key}={v!r}: expected an int >= {AT_LEAST[key]}")
+    elif key in FINITE:
+        check((is_int or isinstance(v, float)) and math.isfinite(v), f"{key}={v!r}: expected a finite number")
+    elif key == "active_set":
+        check(isinstance(v, bool), f"active_set={v!r}: expected True or False")
+    elif key == "pad_id":
+        check(v is None or is_int, f"pad_id={v!r}: expected a token id (an int) or None (every position is real)")
+
+
 def check_batch(schedule, x, y, Tn, gen, mask=None) -> None:
     """The arguments of a schedule's loss (the contract in the module docstring), and the schedule's device."""
     check(isinstance(x, torch.Tensor) and x.dim() >= 2, f"x: {describe(x)}; expected a tensor (B, P, ...): token "
                                                         f"ids (B, P) or any input the model's embed accepts")
     (B, P), dev = x.shape[:2], x.device
+    check(B >= 1, f"x: {describe(x)}; expected a batch of at least one sample (B >= 1)")
     check_tensor("y", y, (B, P), "int64", dev, f"(B, P) = ({B}, {P}) int64 targets on x's device ({dev}), "
                                                f"IGNORE ({IGNORE}) at unscored positions")
     check_targets(y)
@@ -911,3 +905,45 @@ def check_policy(Tn, T_test, hidden=None, mask=None, learned: bool = False) -> N
     if Tn is not None:
         check_tensor("Tn", Tn, (B,), "int32 or int64", dev,
                      f"(B,) = ({B},) integer tensor, int32 or int64, on hidden's device ({dev})")
+
+
+
+CONTRACT = """
+How a foreign looped model meets this file (the checks above enforce it, each with a message naming the argument).
+
+Your looped model provides three methods (model.py's LoopedTransformer has them):
+
+    embed(x) -> h0 (B, P, D)         x: token ids (B, P), or any input your embed accepts (one-hot (B, P, V)
+                                     through a linear read-in, ...); h0 is injected into every step. D is the
+                                     width of the loop's state h, the d_model= a learned schedule is built with
+    step(h, h0, t) -> H_t (B, P, D)  one loop step, t = 1, 2, ... (1-based; a step may ignore it). The optimised
+                                     paths call it on a subset of the batch's rows (h and h0 sliced alike),
+                                     never on 0 rows
+    readout(h) -> logits (B, P, V)
+
+and optionally init_state(h0) -> H_0, the state before step 1 (default: h0 itself, so step 1 receives h0
+twice; a loop that starts from zeros returns torch.zeros_like(h0)), and forward_depths(x, depth (B,)) ->
+(B, P, V), a faster path used when present. Then:
+
+    schedule = make_schedule("window", w=5, T_max=20)         # learned ones also take d_model=D, pad_id
+    opt = torch.optim.AdamW([*model.parameters(), *schedule.parameters()])  # else a halting head never learns
+    loss, stats = schedule.loss(model, x, y, Tn, gen)         # add mask= when x is not token ids
+    K = schedule.policy(Tn, T_test, hidden=unroll(model, x, T_test)[1], mask=mask)  # test depth (B,)
+
+    y       (B, P) int64 targets on x's device, each in 0..V-1 or IGNORE (-100) wherever a position is not
+            scored (never -1): fold your answer mask into y
+    Tn      (B,) int32 or int64 tensor on x's device, T(n) per sample (a (B, 1), float, bool, uint8, int8, int16
+            or numpy Tn is refused)
+    gen     a torch.Generator: the stream of depth draws (required; there is no global-RNG fallback)
+    mask    (B, P) bool, True at real tokens, what a halting head pools over. Default: x != pad_id, which
+            needs token ids (pad_id=None: every position is real); pass it for any other input
+    hidden  (T_test+1, B, P, D), index 0 = H_0 (the state before step 1); only learned schedules read it
+            (Tn may then be None)
+
+Every schedule's loss and policy check these arguments on entry (the checks at the end of the file): a wrong
+one raises ValueError naming it, its shape, dtype and what is expected; y's values too (no negative target but
+IGNORE). The schedule's weights (a halting head, fixed_prior's pi) must be on x's device, and a halting head,
+built for states of width d_model=D, takes the dtype of the model's state h (schedule.to(device, dtype)): a
+mismatch raises ValueError naming both. stats (a dict of floats): "loss" (the task loss, without any halting
+term), "block_evals" (block applications per sample), "depth" (the mean supervised depth).
+"""

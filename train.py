@@ -24,17 +24,20 @@ import time
 
 import torch
 
-from config import Config, RECIPES, build, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
+from config import Config, RECIPES, build, check_unread, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
 import metrics
 from tasks import curriculum_n_max, eval_set, train_batch
 from lab import records, rundir, runs
-from lab.cli import parse, run, write_json
+from lab.cli import given, parse, run, write_json
 
 
 def parse_args(argv=None) -> Config:
-    """Flags over the preset over the defaults: a preset sets defaults, so an explicit flag always wins."""
-    return parse(Config, argv, prog="train.py", doc=__doc__, epilog=recipes_text(),
-                 presets=lambda a: paper_preset(a.schedule, a.r_bar) if a.preset == "paper" else RECIPES.get(a.task, {}))
+    """Flags over the preset over the defaults: a preset sets defaults, so an explicit flag always wins. A flag
+    that the schedule or task does not read is refused (config.check_unread)."""
+    cfg = parse(Config, argv, prog="train.py", doc=__doc__, epilog=recipes_text(),
+                presets=lambda a: paper_preset(a.schedule, a.r_bar) if a.preset == "paper" else RECIPES.get(a.task, {}))
+    check_unread(cfg, given(argv))
+    return cfg
 
 
 # --- one run ------------------------------------------------------------------------------------------
