@@ -106,7 +106,9 @@ class Config:
     resume: bool = opt(False, "continue the run in out_dir from its ckpt.pt")
     overwrite: bool = opt(False, "replace a run that out_dir already holds")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N or mps")
-    threads: int = opt(0, "CPU threads for torch (0: torch's default); use 1 per process when sharing cores")
+    threads: int = opt(1, "CPU threads for torch. 1 (default): the same numbers on every machine with this CPU model, "
+                          "whatever its core count, and one per process when sharing cores; 0: torch's default, one "
+                          "per core, whose rounding (and so a run's numbers) depends on the core count")
     compile: bool = opt(False, "torch.compile the shared block for training (checkpoints stay clean, eval eager)")
     amp: bool = opt(True, "bf16 autocast for training on CUDA (ignored on CPU, where it is slower)")
     preset: str = opt("cpu", "cpu: the task's CPU recipe (RECIPES); paper: the papers' scale, for a GPU",

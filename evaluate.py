@@ -26,7 +26,8 @@ import readouts
 from metrics import evaluate, format_run  # noqa: F401  (evaluate: `import evaluate; evaluate.evaluate(...)` as before)
 from tasks import PAD, eval_set, get_task, task_kwargs
 from lab import plots, rundir, tables
-from lab.cli import atomic_write, opt, parse, run, write_json
+from config import opt
+from lab.cli import atomic_write, parse, run, write_json
 from lab.records import find_runs, load_eval, load_run
 
 

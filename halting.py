@@ -111,6 +111,8 @@ class Schedule(nn.Module):
     gather (logits_at); bptt_k > 0: truncated backpropagation (truncated_logits_at). All three give the same loss."""
 
     name = "base"
+    # the keys of the stats dict its loss returns, in order (lab/stack.py's stacked stats keep this order)
+    stat_names = ("loss", "block_evals", "depth")
 
     def __init__(self, *, T_max: int = 20, active_set: bool = True, bptt_k: int = 0, loss_weight: str = "sample"):
         super().__init__()
@@ -429,6 +431,7 @@ class RLHalting(HaltingHead):
 
     name = "rl"
     detach_input = True
+    stat_names = ("loss", "halt_loss", "block_evals", "block_evals_grad", "depth", "baseline")
 
     def __init__(self, *, lambda_ent: float = 0.001, **base):
         super().__init__(**base)
@@ -456,9 +459,9 @@ class RLHalting(HaltingHead):
             a = self.trajectory_logits(hidden, mask, self.T_max)  # (B, T_max-1)
             tau = sample_stop(a.detach(), u)
             ce = per_sample_ce(logits[tau - 1, torch.arange(len(tau), device=x.device)], y)
-            n_grad, n_nograd = float(self.T_max), 0.0
         else:  # the same numbers from the active set (below): tau steps with gradient per sample
-            ce, tau, a, n_grad, n_nograd = self._unroll_active(model, x, y, mask, u.log())
+            ce, tau, a = self._unroll_active(model, x, y, mask, u.log())
+        n_grad, n_nograd = (n.item() for n in self.block_counts(tau, self.T_max, self.active_set))
         # R = -l(theta; x, y, tau), stop-gradient
         R = -ce.detach()
         halt = self.halt_loss(log_stop_distribution(a), tau, R, self.baseline)  # L_halt (below)
@@ -475,6 +478,16 @@ class RLHalting(HaltingHead):
         return reinforce_loss(log_pi_tau, R, baseline) - self.lambda_ent * entropy(log_pi).mean(-1)
 
     @staticmethod
+    def block_counts(tau, T_max: int, active_set: bool, dtype=torch.float64):
+        """Block applications per sample, with and without gradient: the active set runs steps 1..tau with
+        gradient, then tau+1..T_max-1 without (only the entropy's hazards need them); the reference path unrolls
+        everyone to T_max with gradient. tau (..., B) -> n_grad, n_nograd (...), means over samples."""
+        if not active_set:
+            full = torch.full(tau.shape[:-1], float(T_max), dtype=dtype, device=tau.device)
+            return full, torch.zeros_like(full)
+        return tau.to(dtype).mean(-1), (T_max - 1 - tau).clamp(min=0).to(dtype).mean(-1)
+
+    @staticmethod
     def update_baseline(baseline, R) -> None:
         """b <- 0.9 b + 0.1 mean(R), in place, after its use in this step's loss. R (..., B), b (...)."""
         with torch.no_grad():
@@ -482,24 +495,23 @@ class RLHalting(HaltingHead):
 
     def _unroll_active(self, model, x, y, mask, log_u):
         """The active-set path: sample tau online (the rule of sample_stop, step by step) and return the CE at
-        tau (B,), tau (B,), the hazard logits (B, T_max-1) and the block applications per sample with and
-        without gradient."""
+        tau (B,), tau (B,) and the hazard logits (B, T_max-1) (block_counts: the steps it runs)."""
         B, Tm = x.shape[0], self.T_max
         h_start, h0 = start(model, x)  # (B, P, D)
         live, done = torch.arange(B, device=x.device), torch.zeros(0, dtype=torch.long, device=x.device)
         h_live, h_done = h_start, h_start[:0].detach()  # states of running samples (grad) / stopped ones (no grad)
         log_S = torch.zeros(B, device=x.device, dtype=h0.dtype)  # log prod_{i<=t} (1 - r_i)
         tau = torch.empty(B, dtype=torch.long, device=x.device)
-        a, ce, n_grad, n_nograd = [], [], 0, 0
+        a, ce = [], []
         for t in range(1, Tm + 1):
             if len(live):
-                h_live, n_grad = model.step(h_live, h0[live], t), n_grad + len(live)
+                h_live = model.step(h_live, h0[live], t)
             if t == Tm:  # the remaining mass: whoever still runs stops at T_max
                 stop = torch.ones(len(live), dtype=torch.bool, device=x.device)
             else:
                 if len(done):
                     with torch.no_grad():  # stopped samples run on only for the entropy's hazards
-                        h_done, n_nograd = model.step(h_done, h0[done], t), n_nograd + len(done)
+                        h_done = model.step(h_done, h0[done], t)
                 rows = torch.cat([live, done])
                 a_t = self.hazard_logits(pool(torch.cat([h_live.detach(), h_done]), mask[rows]))  # (B,), `rows` order
                 a.append(a_t[torch.argsort(rows)])
@@ -512,7 +524,7 @@ class RLHalting(HaltingHead):
                 done, h_done = torch.cat([done, live[stop]]), torch.cat([h_done, h_live[stop].detach()])
                 live, h_live = live[~stop], h_live[~stop]
         ce = torch.cat(ce)[torch.argsort(done)]  # `done` lists the samples in the order they stopped
-        return ce, tau, torch.stack(a, 1), n_grad / B, n_nograd / B
+        return ce, tau, torch.stack(a, 1)
 
 
 def kl_divergence(log_q: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
@@ -527,6 +539,7 @@ class PonderNet(HaltingHead):
     q >= alpha (ponder_rule="alpha"), or argmax_t q_t (ponder_rule="argmax")."""
 
     name = "ponder"
+    stat_names = ("loss", "halt_loss", "block_evals", "depth")
 
     def __init__(self, *, beta: float = 0.01, lambda_p: float = 0.2, alpha: float = 0.5, ponder_rule: str = "alpha",
                  prior: str = "geometric", **base):
@@ -598,6 +611,7 @@ class ACT(HaltingHead):
     mean field."""
 
     name = "act"
+    stat_names = ("loss", "halt_loss", "block_evals", "depth", "ponder_cost")
 
     def __init__(self, *, tau_act: float = 0.01, act_eps: float = 0.01, **base):
         super().__init__(**base)
@@ -654,6 +668,7 @@ class TRMHalt(HaltingHead):
     previous step's update (up to N_sup updates per sample where we take one)."""
 
     name = "trm_halt"
+    stat_names = ("loss", "halt_loss", "block_evals", "depth")
 
     def __init__(self, *, trm_steps: int = 1, trm_sup: int = 0, halt_explore: float = 0.0, trm_bce: float = 1.0,
                  trm_head: str = "mean", **base):

@@ -30,11 +30,6 @@ import threading
 import time
 
 
-def fmt(v, spec=".1f"):
-    return "-" if v is None else format(v, spec)
-
-
-
 def log_line(rec: dict) -> str:
     """One log record as the training loops print it: `key value | key value`, floats to 4 digits."""
     return " | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items())

@@ -28,7 +28,7 @@ import metrics
 import ntp
 from tasks import TASKS
 from lab import stats
-from lab.cli import fmt
+from metrics import fmt
 
 # --perturb replicates of one seed are runs of the same experiment: a row holds them all (replicate())
 REPLICATE = ("perturb", "perturb_seed")
