@@ -135,7 +135,8 @@ class Schedule(nn.Module):
         return loss, {"loss": loss.item(), "block_evals": self.block_evals(tau), "depth": tau.float().mean().item()}
 
     def logits_at(self, model, x, tau):
-        """yhat_tau(x) for every sample, (B, P, V): the reference gather, or one of its optimisations."""
+        """yhat_tau(x) for every sample, (B, P, V): the reference gather, or one of its optimisations. train.py's
+        defaults (active_set on, bptt_k 0) take active_logits_at, i.e. model.forward_depths."""
         if self.bptt_k:
             return truncated_logits_at(model, x, tau, self.bptt_k)
         return active_logits_at(model, x, tau) if self.active_set else logits_at(model, x, tau)
@@ -421,6 +422,11 @@ class RLHalting(HaltingHead):
         h_t = sg(Pool(H_t))          detached: the head never sends gradient into the transformer
         L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x)),   b <- 0.9 b + 0.1 mean(R)
         total: CE(yhat_tau, y) + L_halt;   test: K_pi(x) = argmax_{1<=t<=T_test} pi^(T_test)(t|x)
+
+    What keeps R = -CE from always choosing the deepest step: nothing in R itself, which puts no price on
+    compute (the paper's choice). The head moves toward the depths of lowest CE, and the model is trained at the
+    depths the head samples, so both settle together; the entropy bonus keeps pi from collapsing early. Where a
+    deeper step does have a lower CE, the policy drifts deep (a run's report gives its exit depth).
 
     Cost. Sampling tau and log pi(tau|x) need only the hazards of steps 1..tau, but the entropy over the
     full pi(.|x) needs every hazard r_1..r_{T_max-1}. The reference path (active_set=False) unrolls

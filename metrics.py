@@ -139,12 +139,14 @@ def evaluate(model, schedule, task, test_sets: dict, val_sets: dict, T_test: int
     has_hard = any(h is not None for hs in hard.values() for h in hs)
     rows = []
     for n in lengths:
-        exact, d = test[n]["exact"].float(), test[n]["depth"]
-        policy_ok = exact[d - 1, torch.arange(len(d))]  # (B,)
+        # exact (K, B): sample right at depth K; depth (B,): the depth the schedule's policy picks for each sample,
+        # 1..T_test (an index into K: row depth - 1 of exact)
+        exact, depth = test[n]["exact"].float(), test[n]["depth"]
+        policy_ok = exact[depth - 1, torch.arange(len(depth))]  # (B,) right at the policy's depth
         row = {"acc": exact.mean(1).tolist(), "val_acc": val[n]["exact"].float().mean(1).tolist(),
                "tn_acc": exact[min(task.T(n), T_test) - 1].mean().item() if not fixed else None,
                "per_sample_oracle": exact.max(0).values.mean().item(), "policy_acc": policy_ok.mean().item(),
-               "policy_depth": torch.tensor(K)[d - 1].float().mean().item(),  # K[d-1]: the depth itself
+               "policy_depth": torch.tensor(K)[depth - 1].float().mean().item(),  # the depths K[depth - 1] themselves
                "flip": test[n]["flip"].float().mean(1).tolist()}
         if full:
             row["full_depth_acc"] = exact[min(full, T_test) - 1].mean().item()
