@@ -54,7 +54,7 @@ import metrics
 from tasks import PAD, TASKS, eval_set, get_task, task_kwargs, train_batch
 import train
 from lab import chunks, cli, rundir
-from lab.cli import opt
+from config import opt
 
 # the settings of --quick, a smoke run in seconds (they are defaults: an explicit flag still wins)
 QUICK = dict(d_model=32, batch_size=8, n_max=8, T_max=8, T_test=10, iters=2, warmup=1, eval_iters=1,

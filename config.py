@@ -7,7 +7,7 @@ rebuilds it from a checkpoint; lab/tables.py groups runs by these settings.
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -15,7 +15,12 @@ from halting import SCHEDULES, make_schedule, settings
 from model import LoopedTransformer, ModelConfig
 import ntp
 from tasks import PAD, TASKS, get_task, task_kwargs
-from lab.cli import opt  # run machinery: a field with its --help text
+
+
+def opt(default, help: str, **meta):
+    """A settings field: its default, its --help text, and optionally choices=[...] and section="..."
+    (lab/cli.py's parse turns a dataclass of these into the command's flags)."""
+    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass
@@ -101,7 +106,9 @@ class Config:
     resume: bool = opt(False, "continue the run in out_dir from its ckpt.pt")
     overwrite: bool = opt(False, "replace a run that out_dir already holds")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N or mps")
-    threads: int = opt(0, "CPU threads for torch (0: torch's default); use 1 per process when sharing cores")
+    threads: int = opt(1, "CPU threads for torch. 1 (default): the same numbers on every machine with this CPU model, "
+                          "whatever its core count, and one per process when sharing cores; 0: torch's default, one "
+                          "per core, whose rounding (and so a run's numbers) depends on the core count")
     compile: bool = opt(False, "torch.compile the shared block for training (checkpoints stay clean, eval eager)")
     amp: bool = opt(True, "bf16 autocast for training on CUDA (ignored on CPU, where it is slower)")
     preset: str = opt("cpu", "cpu: the task's CPU recipe (RECIPES); paper: the papers' scale, for a GPU",
@@ -123,6 +130,35 @@ class Config:
         """The stop schedule --schedule names, built from the knobs it takes (halting.settings)."""
         knobs = {**dataclasses.asdict(self), "c": self.depth_c, "pad_id": PAD}
         return make_schedule(self.schedule, **{k: knobs[k] for k in settings(self.schedule)})
+
+
+# --- a flag the run does not read is a mistake ------------------------------------------------------
+
+NTP_KNOBS = {"ntp": ("c", "ntp_greedy"), "ntp_pause": ("c", "n_pause", "ntp_greedy"), "ntp_loop": ("c", "ntp_greedy")}
+SHARED = ("T_max", "d_model")  # read by the model and by every schedule (a learned one's head width): never unread
+
+
+def knobs_of(schedule: str) -> list[str]:
+    """The flags schedule `schedule` reads: halting.settings (less pad_id, not a flag), or ntp.py's."""
+    return list(NTP_KNOBS[schedule]) if schedule in NTP_KNOBS else [k for k in settings(schedule) if k != "pad_id"]
+
+
+def check_unread(cfg: Config, given: set) -> None:
+    """A flag named on the command line (`given`) with a value other than its default, which the run's schedule
+    or task does not read, is refused in one line: `--schedule matched --w 3` would otherwise train matched and
+    say nothing. Presets and recipes set defaults, not flags, so they are never refused."""
+    schedule_knobs = {k for s in [*SCHEDULES, *NTP_KNOBS] for k in knobs_of(s)} - set(SHARED)
+    task_knobs = {k for t in TASKS.values() for k in t.knobs}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if f.name not in given or v == f.default:
+            continue
+        if f.name in schedule_knobs and f.name not in knobs_of(cfg.schedule):
+            raise ValueError(f"--{f.name} {v}: schedule {cfg.schedule} does not read it; its knobs: "
+                             f"{', '.join(knobs_of(cfg.schedule))}")
+        if f.name in task_knobs and f.name not in TASKS[cfg.task].knobs:
+            raise ValueError(f"--{f.name} {v}: task {cfg.task} does not read it; its knobs: "
+                             f"{', '.join(TASKS[cfg.task].knobs) or 'none'}")
 
 
 # Per-task CPU recipes: what `python train.py --task T` uses unless a flag says otherwise. dyck is the

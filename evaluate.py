@@ -31,7 +31,8 @@ import readouts
 from metrics import evaluate, format_run  # noqa: F401  (evaluate: `import evaluate; evaluate.evaluate(...)` as before)
 from tasks import PAD, eval_set, get_task, task_kwargs
 from lab import compare, explorer, plots, rundir, tables
-from lab.cli import atomic_write, load_json, opt, parse, run, write_json
+from config import opt
+from lab.cli import atomic_write, load_json, parse, run, write_json
 from lab.records import find_runs, load_eval, load_run
 
 

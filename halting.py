@@ -30,43 +30,14 @@ draw it before the forward pass, rl samples it during the loop. Weighted ones (m
 act) read out every depth of one unrolled trajectory; trm_halt supervises a sequence of detached steps. Each
 equation sits above the line that computes it.
 
-To use this with your model (this file imports only torch: copy it alone)
-----------------------------------------------------------------------------
-Your looped model provides three methods (model.py's LoopedTransformer has them):
+To use this with your model (this file imports only torch: copy it alone): your looped model provides
+embed(x) -> h0, step(h, h0, t) -> H_t and readout(h) -> logits (model.py's LoopedTransformer has them); then
 
-    embed(x) -> h0 (B, P, D)         x: token ids (B, P), or any input your embed accepts (one-hot (B, P, V)
-                                     through a linear read-in, ...); h0 is injected into every step. D is the
-                                     width of the loop's state h, the d_model= a learned schedule is built with
-    step(h, h0, t) -> H_t (B, P, D)  one loop step, t = 1, 2, ... (1-based; a step may ignore it). The optimised
-                                     paths call it on a subset of the batch's rows (h and h0 sliced alike),
-                                     never on 0 rows
-    readout(h) -> logits (B, P, V)
+    schedule = make_schedule("window", w=5, T_max=20)
+    loss, stats = schedule.loss(model, x, y, Tn, gen)     # y: IGNORE (-100) where not scored; gen: a Generator
 
-and optionally init_state(h0) -> H_0, the state before step 1 (default: h0 itself, so step 1 receives h0
-twice; a loop that starts from zeros returns torch.zeros_like(h0)), and forward_depths(x, depth (B,)) ->
-(B, P, V), a faster path used when present. Then:
-
-    schedule = make_schedule("window", w=5, T_max=20)         # learned ones also take d_model=D, pad_id
-    opt = torch.optim.AdamW([*model.parameters(), *schedule.parameters()])  # else a halting head never learns
-    loss, stats = schedule.loss(model, x, y, Tn, gen)         # add mask= when x is not token ids
-    K = schedule.policy(Tn, T_test, hidden=unroll(model, x, T_test)[1], mask=mask)  # test depth (B,)
-
-    y       (B, P) int64 targets on x's device, each in 0..V-1 or IGNORE (-100) wherever a position is not
-            scored (never -1): fold your answer mask into y
-    Tn      (B,) int32 or int64 tensor on x's device, T(n) per sample (a (B, 1), float, bool, uint8, int8, int16
-            or numpy Tn is refused)
-    gen     a torch.Generator: the stream of depth draws (required; there is no global-RNG fallback)
-    mask    (B, P) bool, True at real tokens, what a halting head pools over. Default: x != pad_id, which
-            needs token ids (pad_id=None: every position is real); pass it for any other input
-    hidden  (T_test+1, B, P, D), index 0 = H_0 (the state before step 1); only learned schedules read it
-            (Tn may then be None)
-
-Every schedule's loss and policy check these arguments on entry (the checks at the end of the file): a wrong
-one raises ValueError naming it, its shape, dtype and what is expected; y's values too (no negative target but
-IGNORE). The schedule's weights (a halting head, fixed_prior's pi) must be on x's device, and a halting head,
-built for states of width d_model=D, takes the dtype of the model's state h (schedule.to(device, dtype)): a
-mismatch raises ValueError naming both. stats (a dict of floats): "loss" (the task loss, without any halting
-term), "block_evals" (block applications per sample), "depth" (the mean supervised depth).
+The full contract (shapes, dtypes, devices, what is optional) is CONTRACT at the end of the file, beside the
+checks that enforce it.
 """
 
 import inspect
@@ -140,6 +111,8 @@ class Schedule(nn.Module):
     gather (logits_at); bptt_k > 0: truncated backpropagation (truncated_logits_at). All three give the same loss."""
 
     name = "base"
+    # the keys of the stats dict its loss returns, in order (lab/stack.py's stacked stats keep this order)
+    stat_names = ("loss", "block_evals", "depth")
 
     def __init__(self, *, T_max: int = 20, active_set: bool = True, bptt_k: int = 0, loss_weight: str = "sample"):
         super().__init__()
@@ -162,7 +135,8 @@ class Schedule(nn.Module):
         return loss, {"loss": loss.item(), "block_evals": self.block_evals(tau), "depth": tau.float().mean().item()}
 
     def logits_at(self, model, x, tau):
-        """yhat_tau(x) for every sample, (B, P, V): the reference gather, or one of its optimisations."""
+        """yhat_tau(x) for every sample, (B, P, V): the reference gather, or one of its optimisations. train.py's
+        defaults (active_set on, bptt_k 0) take active_logits_at, i.e. model.forward_depths."""
         if self.bptt_k:
             return truncated_logits_at(model, x, tau, self.bptt_k)
         return active_logits_at(model, x, tau) if self.active_set else logits_at(model, x, tau)
@@ -449,6 +423,11 @@ class RLHalting(HaltingHead):
         L_halt = -(R - b) log pi(tau|x) - lambda_ent H(pi(.|x)),   b <- 0.9 b + 0.1 mean(R)
         total: CE(yhat_tau, y) + L_halt;   test: K_pi(x) = argmax_{1<=t<=T_test} pi^(T_test)(t|x)
 
+    What keeps R = -CE from always choosing the deepest step: nothing in R itself, which puts no price on
+    compute (the paper's choice). The head moves toward the depths of lowest CE, and the model is trained at the
+    depths the head samples, so both settle together; the entropy bonus keeps pi from collapsing early. Where a
+    deeper step does have a lower CE, the policy drifts deep (a run's report gives its exit depth).
+
     Cost. Sampling tau and log pi(tau|x) need only the hazards of steps 1..tau, but the entropy over the
     full pi(.|x) needs every hazard r_1..r_{T_max-1}. The reference path (active_set=False) unrolls
     everyone to T_max with gradient (the paper's 20.00 block evaluations per sample). The active-set
@@ -458,6 +437,7 @@ class RLHalting(HaltingHead):
 
     name = "rl"
     detach_input = True
+    stat_names = ("loss", "halt_loss", "block_evals", "block_evals_grad", "depth", "baseline")
 
     def __init__(self, *, lambda_ent: float = 0.001, **base):
         super().__init__(**base)
@@ -485,9 +465,9 @@ class RLHalting(HaltingHead):
             a = self.trajectory_logits(hidden, mask, self.T_max)  # (B, T_max-1)
             tau = sample_stop(a.detach(), u)
             ce = per_sample_ce(logits[tau - 1, torch.arange(len(tau), device=x.device)], y)
-            n_grad, n_nograd = float(self.T_max), 0.0
         else:  # the same numbers from the active set (below): tau steps with gradient per sample
-            ce, tau, a, n_grad, n_nograd = self._unroll_active(model, x, y, mask, u.log())
+            ce, tau, a = self._unroll_active(model, x, y, mask, u.log())
+        n_grad, n_nograd = (n.item() for n in self.block_counts(tau, self.T_max, self.active_set))
         # R = -l(theta; x, y, tau), stop-gradient
         R = -ce.detach()
         halt = self.halt_loss(log_stop_distribution(a), tau, R, self.baseline)  # L_halt (below)
@@ -504,6 +484,16 @@ class RLHalting(HaltingHead):
         return reinforce_loss(log_pi_tau, R, baseline) - self.lambda_ent * entropy(log_pi).mean(-1)
 
     @staticmethod
+    def block_counts(tau, T_max: int, active_set: bool, dtype=torch.float64):
+        """Block applications per sample, with and without gradient: the active set runs steps 1..tau with
+        gradient, then tau+1..T_max-1 without (only the entropy's hazards need them); the reference path unrolls
+        everyone to T_max with gradient. tau (..., B) -> n_grad, n_nograd (...), means over samples."""
+        if not active_set:
+            full = torch.full(tau.shape[:-1], float(T_max), dtype=dtype, device=tau.device)
+            return full, torch.zeros_like(full)
+        return tau.to(dtype).mean(-1), (T_max - 1 - tau).clamp(min=0).to(dtype).mean(-1)
+
+    @staticmethod
     def update_baseline(baseline, R) -> None:
         """b <- 0.9 b + 0.1 mean(R), in place, after its use in this step's loss. R (..., B), b (...)."""
         with torch.no_grad():
@@ -511,24 +501,23 @@ class RLHalting(HaltingHead):
 
     def _unroll_active(self, model, x, y, mask, log_u):
         """The active-set path: sample tau online (the rule of sample_stop, step by step) and return the CE at
-        tau (B,), tau (B,), the hazard logits (B, T_max-1) and the block applications per sample with and
-        without gradient."""
+        tau (B,), tau (B,) and the hazard logits (B, T_max-1) (block_counts: the steps it runs)."""
         B, Tm = x.shape[0], self.T_max
         h_start, h0 = start(model, x)  # (B, P, D)
         live, done = torch.arange(B, device=x.device), torch.zeros(0, dtype=torch.long, device=x.device)
         h_live, h_done = h_start, h_start[:0].detach()  # states of running samples (grad) / stopped ones (no grad)
         log_S = torch.zeros(B, device=x.device, dtype=h0.dtype)  # log prod_{i<=t} (1 - r_i)
         tau = torch.empty(B, dtype=torch.long, device=x.device)
-        a, ce, n_grad, n_nograd = [], [], 0, 0
+        a, ce = [], []
         for t in range(1, Tm + 1):
             if len(live):
-                h_live, n_grad = model.step(h_live, h0[live], t), n_grad + len(live)
+                h_live = model.step(h_live, h0[live], t)
             if t == Tm:  # the remaining mass: whoever still runs stops at T_max
                 stop = torch.ones(len(live), dtype=torch.bool, device=x.device)
             else:
                 if len(done):
                     with torch.no_grad():  # stopped samples run on only for the entropy's hazards
-                        h_done, n_nograd = model.step(h_done, h0[done], t), n_nograd + len(done)
+                        h_done = model.step(h_done, h0[done], t)
                 rows = torch.cat([live, done])
                 a_t = self.hazard_logits(pool(torch.cat([h_live.detach(), h_done]), mask[rows]))  # (B,), `rows` order
                 a.append(a_t[torch.argsort(rows)])
@@ -541,7 +530,7 @@ class RLHalting(HaltingHead):
                 done, h_done = torch.cat([done, live[stop]]), torch.cat([h_done, h_live[stop].detach()])
                 live, h_live = live[~stop], h_live[~stop]
         ce = torch.cat(ce)[torch.argsort(done)]  # `done` lists the samples in the order they stopped
-        return ce, tau, torch.stack(a, 1), n_grad / B, n_nograd / B
+        return ce, tau, torch.stack(a, 1)
 
 
 def kl_divergence(log_q: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
@@ -556,6 +545,7 @@ class PonderNet(HaltingHead):
     q >= alpha (ponder_rule="alpha"), or argmax_t q_t (ponder_rule="argmax")."""
 
     name = "ponder"
+    stat_names = ("loss", "halt_loss", "block_evals", "depth")
 
     def __init__(self, *, beta: float = 0.01, lambda_p: float = 0.2, alpha: float = 0.5, ponder_rule: str = "alpha",
                  prior: str = "geometric", **base):
@@ -627,6 +617,7 @@ class ACT(HaltingHead):
     mean field."""
 
     name = "act"
+    stat_names = ("loss", "halt_loss", "block_evals", "depth", "ponder_cost")
 
     def __init__(self, *, tau_act: float = 0.01, act_eps: float = 0.01, **base):
         super().__init__(**base)
@@ -683,6 +674,7 @@ class TRMHalt(HaltingHead):
     previous step's update (up to N_sup updates per sample where we take one)."""
 
     name = "trm_halt"
+    stat_names = ("loss", "halt_loss", "block_evals", "depth")
 
     def __init__(self, *, trm_steps: int = 1, trm_sup: int = 0, halt_explore: float = 0.0, trm_bce: float = 1.0,
                  trm_head: str = "mean", **base):
@@ -771,6 +763,8 @@ def make_schedule(name: str, **kwargs) -> Schedule:
     check(name in SCHEDULES, f"unknown schedule {name!r}: choose from {', '.join(SCHEDULES)}")
     bad = sorted(set(kwargs) - set(settings(name)))
     check(not bad, f"schedule {name} has no setting {', '.join(bad)}: its settings are {', '.join(settings(name))}")
+    for key, value in kwargs.items():
+        check_setting(key, value)  # the kind of every value on entry (the checks at the end); ranges: the classes
     return SCHEDULES[name](**kwargs)
 
 
@@ -876,11 +870,32 @@ def check_head(head: nn.Linear, h: torch.Tensor) -> None:
               f"{h.device}: move the schedule with schedule.to('{h.device}', {h.dtype})")
 
 
+# make_schedule's settings by kind: an integer (a bool is not one) at least this, a finite number, a bool
+AT_LEAST = {"T_max": 1, "w": 0, "c": 1, "r_bar": 1, "trm_steps": 1, "trm_sup": 0, "bptt_k": 0, "d_model": 1}
+FINITE = ("sigma", "lambda_ent", "beta", "lambda_p", "alpha", "tau_act", "act_eps", "halt_explore", "trm_bce")
+
+
+def check_setting(key: str, v) -> None:
+    """One setting of make_schedule, e.g. w=1.5 or c=2.5 (a depth is a whole number of loop steps), d_model=-3,
+    lambda_ent=inf: one ValueError naming it and what is allowed. The choices (prior, r_per, ...) and the
+    ranges that depend on other settings (c <= T_max, ...) are the schedule classes' to check."""
+    is_int = isinstance(v, int) and not isinstance(v, bool)
+    if key in AT_LEAST:
+        check(is_int and v >= AT_LEAST[key], f"{key}={v!r}: expected an int >= {AT_LEAST[key]}")
+    elif key in FINITE:
+        check((is_int or isinstance(v, float)) and math.isfinite(v), f"{key}={v!r}: expected a finite number")
+    elif key == "active_set":
+        check(isinstance(v, bool), f"active_set={v!r}: expected True or False")
+    elif key == "pad_id":
+        check(v is None or is_int, f"pad_id={v!r}: expected a token id (an int) or None (every position is real)")
+
+
 def check_batch(schedule, x, y, Tn, gen, mask=None) -> None:
     """The arguments of a schedule's loss (the contract in the module docstring), and the schedule's device."""
     check(isinstance(x, torch.Tensor) and x.dim() >= 2, f"x: {describe(x)}; expected a tensor (B, P, ...): token "
                                                         f"ids (B, P) or any input the model's embed accepts")
     (B, P), dev = x.shape[:2], x.device
+    check(B >= 1, f"x: {describe(x)}; expected a batch of at least one sample (B >= 1)")
     check_tensor("y", y, (B, P), "int64", dev, f"(B, P) = ({B}, {P}) int64 targets on x's device ({dev}), "
                                                f"IGNORE ({IGNORE}) at unscored positions")
     check_targets(y)
@@ -911,3 +926,45 @@ def check_policy(Tn, T_test, hidden=None, mask=None, learned: bool = False) -> N
     if Tn is not None:
         check_tensor("Tn", Tn, (B,), "int32 or int64", dev,
                      f"(B,) = ({B},) integer tensor, int32 or int64, on hidden's device ({dev})")
+
+
+
+CONTRACT = """
+How a foreign looped model meets this file (the checks above enforce it, each with a message naming the argument).
+
+Your looped model provides three methods (model.py's LoopedTransformer has them):
+
+    embed(x) -> h0 (B, P, D)         x: token ids (B, P), or any input your embed accepts (one-hot (B, P, V)
+                                     through a linear read-in, ...); h0 is injected into every step. D is the
+                                     width of the loop's state h, the d_model= a learned schedule is built with
+    step(h, h0, t) -> H_t (B, P, D)  one loop step, t = 1, 2, ... (1-based; a step may ignore it). The optimised
+                                     paths call it on a subset of the batch's rows (h and h0 sliced alike),
+                                     never on 0 rows
+    readout(h) -> logits (B, P, V)
+
+and optionally init_state(h0) -> H_0, the state before step 1 (default: h0 itself, so step 1 receives h0
+twice; a loop that starts from zeros returns torch.zeros_like(h0)), and forward_depths(x, depth (B,)) ->
+(B, P, V), a faster path used when present. Then:
+
+    schedule = make_schedule("window", w=5, T_max=20)         # learned ones also take d_model=D, pad_id
+    opt = torch.optim.AdamW([*model.parameters(), *schedule.parameters()])  # else a halting head never learns
+    loss, stats = schedule.loss(model, x, y, Tn, gen)         # add mask= when x is not token ids
+    K = schedule.policy(Tn, T_test, hidden=unroll(model, x, T_test)[1], mask=mask)  # test depth (B,)
+
+    y       (B, P) int64 targets on x's device, each in 0..V-1 or IGNORE (-100) wherever a position is not
+            scored (never -1): fold your answer mask into y
+    Tn      (B,) int32 or int64 tensor on x's device, T(n) per sample (a (B, 1), float, bool, uint8, int8, int16
+            or numpy Tn is refused)
+    gen     a torch.Generator: the stream of depth draws (required; there is no global-RNG fallback)
+    mask    (B, P) bool, True at real tokens, what a halting head pools over. Default: x != pad_id, which
+            needs token ids (pad_id=None: every position is real); pass it for any other input
+    hidden  (T_test+1, B, P, D), index 0 = H_0 (the state before step 1); only learned schedules read it
+            (Tn may then be None)
+
+Every schedule's loss and policy check these arguments on entry (the checks at the end of the file): a wrong
+one raises ValueError naming it, its shape, dtype and what is expected; y's values too (no negative target but
+IGNORE). The schedule's weights (a halting head, fixed_prior's pi) must be on x's device, and a halting head,
+built for states of width d_model=D, takes the dtype of the model's state h (schedule.to(device, dtype)): a
+mismatch raises ValueError naming both. stats (a dict of floats): "loss" (the task loss, without any halting
+term), "block_evals" (block applications per sample), "depth" (the mean supervised depth).
+"""

@@ -139,12 +139,14 @@ def evaluate(model, schedule, task, test_sets: dict, val_sets: dict, T_test: int
     has_hard = any(h is not None for hs in hard.values() for h in hs)
     rows = []
     for n in lengths:
-        exact, d = test[n]["exact"].float(), test[n]["depth"]
-        policy_ok = exact[d - 1, torch.arange(len(d))]  # (B,)
+        # exact (K, B): sample right at depth K; depth (B,): the depth the schedule's policy picks for each sample,
+        # 1..T_test (an index into K: row depth - 1 of exact)
+        exact, depth = test[n]["exact"].float(), test[n]["depth"]
+        policy_ok = exact[depth - 1, torch.arange(len(depth))]  # (B,) right at the policy's depth
         row = {"acc": exact.mean(1).tolist(), "val_acc": val[n]["exact"].float().mean(1).tolist(),
                "tn_acc": exact[min(task.T(n), T_test) - 1].mean().item() if not fixed else None,
                "per_sample_oracle": exact.max(0).values.mean().item(), "policy_acc": policy_ok.mean().item(),
-               "policy_depth": torch.tensor(K)[d - 1].float().mean().item(),  # K[d-1]: the depth itself
+               "policy_depth": torch.tensor(K)[depth - 1].float().mean().item(),  # the depths K[depth - 1] themselves
                "flip": test[n]["flip"].float().mean(1).tolist()}
         if full:
             row["full_depth_acc"] = exact[min(full, T_test) - 1].mean().item()
@@ -248,7 +250,8 @@ def metrics(lengths: list[int], rows: list[dict], shortcuts: dict, n_max: int, K
 
 # --- what a run prints -------------------------------------------------------------------------------
 
-def fmt(v, spec=".1f"):
+def fmt(v, spec=".1f") -> str:
+    """A number for a report or a table (every one of the project's: lab/tables.py, results/), "-" for None."""
     return "-" if v is None else format(v, spec)
 
 
@@ -257,15 +260,43 @@ def vs_shortcut(v, shortcut) -> str:
     return fmt(v) + "%" + (" (<= shortcut)" if v is not None and shortcut is not None and v <= shortcut else "")
 
 
+def beyond(where: str, v, shortcut, name) -> str:
+    """One clause of the verdict: an oracle accuracy against the best shortcut on the same samples."""
+    if v is None or shortcut is None:
+        return f"{where}: oracle {fmt(v)}%, no shortcut to compare"
+    if v > shortcut:
+        return f"learned beyond the shortcut {where} (oracle {fmt(v)}% vs {fmt(shortcut)}%, {name})"
+    return f"{where} no better than {name} (oracle {fmt(v)}% vs {fmt(shortcut)}%)"
+
+
+def verdict(m: dict) -> str:
+    """What a run learned beyond its best shortcut, in words: on the hard subset first (where the task has one:
+    the samples a shortcut gets wrong), then on all OOD samples (on the ID ones if the grid has no OOD length)."""
+    parts = []
+    if m.get("oracle_hard_ood") is not None:
+        parts.append(beyond("on the hard subset", m["oracle_hard_ood"], m.get("shortcut_hard_ood"),
+                            m.get("shortcut_hard_ood_name")))
+    if m["oracle_ood"] is not None:
+        parts.append(beyond("on all OOD samples", m["oracle_ood"], m["shortcut_ood"], m["shortcut_ood_name"]))
+    else:
+        parts.append(beyond("in distribution (no OOD length)", m["oracle_id"], m.get("shortcut_id"), m.get("shortcut_id_name")))
+    return "; ".join(parts)
+
+
 def format_run(e: dict) -> str:
+    """The report a run prints: the verdict in words, then every metric beside its shortcut (the module
+    docstring defines each), then the per-length rows."""
     m = e["metrics"]
     cuts = ", ".join(f"{k} {fmt(v['ood'])}%" for k, v in m["shortcuts"].items())
-    lines = [f"{e.get('run_dir', '')}  task={e['task']} schedule={e['schedule']} seed={e['seed']}",
+    lines = [f"{e.get('run_dir', '')}: {verdict(m)}",
+             f"  task={e['task']} schedule={e['schedule']} seed={e['seed']}",
              f"  in-distribution: policy {fmt(m['policy_id'])}%  oracle {fmt(m['oracle_id'])}%"]
     if "oracle_hard_ood" in m:  # first the samples that test the rule: most others a shortcut also gets right
         cut = m.get("shortcut_hard_ood")
-        lines.append(f"  hard subset ({fmt(100 * statistics.fmean(m['hard_frac']))}% of samples, those that test the "
-                     f"rule), OOD: oracle {vs_shortcut(m['oracle_hard_ood'], cut)}  val-K {fmt(m['val_k_hard_ood'])}%  "
+        # the hard subset's share of the OOD samples (every length has as many samples): what its accuracies average
+        ood = [f for n, f in zip(e["lengths"], m["hard_frac"]) if n > e["n_max"] and f is not None]
+        lines.append(f"  hard subset ({fmt(100 * statistics.fmean(ood)) if ood else '-'}% of the OOD samples, those "
+                     f"that test the rule), OOD: oracle {vs_shortcut(m['oracle_hard_ood'], cut)}  val-K {fmt(m['val_k_hard_ood'])}%  "
                      f"policy {fmt(m['policy_hard_ood'])}%  shortcut " + (f"{fmt(cut)}% ({m['shortcut_hard_ood_name']})"
                                                                           if cut is not None else "-"))
     lines += [f"  OOD, all samples: oracle {vs_shortcut(m['oracle_ood'], m['shortcut_ood'])}  val-K {fmt(m['val_k_ood'])}%  "

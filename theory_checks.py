@@ -41,7 +41,8 @@ import torch.nn as nn
 from halting import log_stop_distribution, make_schedule, per_sample_ce, reinforce_loss, sample_stop
 from model import LoopedTransformer, ModelConfig
 from tasks import IGNORE, PAD, TASKS, get_task, make_batch, task_kwargs, train_batch
-from lab.cli import opt, parse, run, write_json
+from config import opt
+from lab.cli import parse, run, write_json
 from lab.rundir import check_output, cpu_model, non_finite
 
 MIN_RL_SAMPLES = 100  # check 3's fewest sampled tau per setting

@@ -1,11 +1,11 @@
 """
 Train a looped transformer on one task with one stop schedule, then evaluate it.
 
-    python train.py                                       # dyck, window w=5: ~6 min on one CPU core
-    python train.py --task copy --schedule rl             # every task has a CPU recipe (config.py's RECIPES)
+    python train.py                                       # dyck, window w=5, one thread: 7-14 min on a CPU core
+    python train.py --task copy --schedule rl             # each of the nine tasks has a CPU recipe (config.RECIPES)
     python train.py --task addition --preset paper        # the papers' scale, for a GPU
     python train.py --seeds 4 --out_dir out/dyck          # seeds 0..3 into out/dyck/seed{k}/, and a table row
-    torchrun --nproc_per_node 2 train.py --seeds 8 --threads 1    # the same, seeds split over 2 processes
+    torchrun --nproc_per_node 2 train.py --seeds 8                # the same, seeds split over 2 processes
     python train.py --preset paper --seeds 32 --stack 16 --static # a GPU: 16 seeds at a time as one program (lab/chunks.py)
 
 A run directory holds ckpt.pt (model, schedule, optimizer, step, RNG states; loadable with
@@ -24,17 +24,20 @@ import time
 
 import torch
 
-from config import Config, RECIPES, build, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
+from config import Config, RECIPES, build, check_unread, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
 import metrics
 from tasks import curriculum_n_max, eval_set, train_batch
 from lab import records, rundir, runs
-from lab.cli import parse, run, write_json
+from lab.cli import given, parse, run, write_json
 
 
 def parse_args(argv=None) -> Config:
-    """Flags over the preset over the defaults: a preset sets defaults, so an explicit flag always wins."""
-    return parse(Config, argv, prog="train.py", doc=__doc__, epilog=recipes_text(),
-                 presets=lambda a: paper_preset(a.schedule, a.r_bar) if a.preset == "paper" else RECIPES.get(a.task, {}))
+    """Flags over the preset over the defaults: a preset sets defaults, so an explicit flag always wins. A flag
+    that the schedule or task does not read is refused (config.check_unread)."""
+    cfg = parse(Config, argv, prog="train.py", doc=__doc__, epilog=recipes_text(),
+                presets=lambda a: paper_preset(a.schedule, a.r_bar) if a.preset == "paper" else RECIPES.get(a.task, {}))
+    check_unread(cfg, given(argv))
+    return cfg
 
 
 # --- one run ------------------------------------------------------------------------------------------
@@ -42,7 +45,12 @@ def parse_args(argv=None) -> Config:
 def train_step(model, schedule, optimizer, batch, gen: torch.Generator, grad_clip: float,
                autocast=contextlib.nullcontext()) -> dict:
     """One step: the schedule's loss, backward, gradient clip, AdamW. Returns the stats to log.
-    A non-finite loss raises FloatingPointError before the weights are touched."""
+    A non-finite loss raises FloatingPointError before the weights are touched.
+
+    Which loop runs: training goes through halting.py, which drives the model by its embed / step / readout
+    (model.py's LoopedTransformer has no init_state, so H_0 = E(x) there as in model.forward, the loop the
+    evaluation runs: the same loop). With the defaults (active_set on, bptt_k 0) a single-depth schedule's
+    Schedule.logits_at takes active_logits_at, i.e. model.forward_depths: each sample runs only its own depth."""
     x, y, Tn = batch
     with autocast:
         loss, stats = schedule.loss(model, x, y, Tn, gen)
@@ -51,6 +59,8 @@ def train_step(model, schedule, optimizer, batch, gen: torch.Generator, grad_cli
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for g in optimizer.param_groups for p in g["params"]]
+    # clip the global gradient norm: one batch of unlucky depth draws early in training cannot throw the weights far
+    # (the norm is returned either way, for the log; inf: measure, do not clip)
     gnorm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
     optimizer.step()
     return {**stats, "grad_norm": gnorm.item()}
@@ -92,13 +102,16 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
                 else contextlib.nullcontext())
     optimizer = torch.optim.AdamW(list(model.parameters()) + list(schedule.parameters()), lr=cfg.lr,
                                   betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
-    s = seeds_of(cfg)  # the data order and the depth draws have their own generators
+    # the data order and the depth draws have their own generators: the same seed gives the same batches under
+    # every schedule, however many random numbers a schedule draws for its depths
+    s = seeds_of(cfg)
     gens = {k: torch.Generator().manual_seed(stream(s[k], k)) for k in ("data", "depth")}
-    T_eval = cfg.T_test if cfg.looped else min(cfg.T_test, trained_depth(cfg))
+    T_eval = cfg.T_test if cfg.looped else min(cfg.T_test, trained_depth(cfg))  # the vanilla model has no more blocks
     id_sets = eval_set(task, [n for n in metrics.test_lengths(cfg) if n <= cfg.n_max] or [cfg.n_max], 64, cfg.eval_seed)
 
     # --- run machinery (lab/): resume, config.json and metrics.jsonl, the log, Ctrl-C ----------------------
     step, elapsed, sums, saved_ema = rundir.restore(start, run_dir, model, schedule, optimizer, gens) if start else (0, 0.0, {}, None)
+    # a weight average is a smoother estimate of the weights than the last step's (Fan et al. evaluate it); off by default
     ema = EMA(cfg.ema, ema_start_step(cfg), model, schedule, saved_ema)
     if start:
         rundir.check_ema(cfg, run_dir, step, ema)  # the checkpoint's EMA weights are this run's
@@ -113,24 +126,31 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
 
     model.train()
     with rundir.forgotten_if_unsaved(run_dir), runs.guard(ckpt_path, lambda: log.done):
-        for it in log.steps():
-            lr = lr_at(cfg, it)  # warm-up, then cosine decay
+        for it in range(step, cfg.max_iters):  # `step` steps are done already: 0, or the checkpoint's on --resume
+            # linear warm-up: Adam's moment estimates are noisy over the first steps, and a full learning rate then
+            # can throw the weights far; then cosine decay to min_lr at max_iters
+            lr = lr_at(cfg, it)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             n_hi = curriculum_n_max(it, cfg.curriculum_start, cfg.n_max, cfg.curriculum_every) if cfg.curriculum else cfg.n_max
+            # x, y (B, P), n (B,) each sample's length (unused: a schedule reads its depth), Tn (B,) = T(n)
             x, y, _, Tn = train_batch(task, cfg.batch_size, cfg.n_min, n_hi, gens["data"])
             stats = train_step(model, schedule, optimizer, (x.to(device), y.to(device), Tn.to(device)),
                                gens["depth"], cfg.grad_clip, autocast)
-            log.add(it + 1, stats)
-            ema.after(it + 1)
-            if log.due(cfg.log_interval):
+            done = it + 1  # steps finished; the last step always logs, evaluates and checkpoints
+            last = done == cfg.max_iters
+            log.add(done, stats)
+            ema.after(done)
+            if done % cfg.log_interval == 0 or last:  # a line of the mean stats since the previous one
                 rec = log.record(lr, n_hi)
-                if log.due(cfg.eval_interval):  # the policy's ID exact match
+                # the policy's ID exact match: a cheap sign that training converges (the full scoring runs once, at
+                # the end), so it runs every eval_interval steps only
+                if done % cfg.eval_interval == 0 or last:
                     with eager():
                         rec["id_acc"] = metrics.policy_id_acc(model, schedule, id_sets, T_eval, cfg.eval_batch_size, device)
                     model.train()
                 log.write(rec)
-            if log.due(cfg.ckpt_interval):
+            if done % cfg.ckpt_interval == 0 or last:  # --resume continues from here; Ctrl-C loses at most this many
                 with log.paused():  # checkpoint writes are not training time
                     rundir.save_checkpoint(ckpt_path, {
                         "model": model.state_dict(), "schedule": schedule.state_dict(), "optimizer": optimizer.state_dict(),

@@ -3,6 +3,8 @@ The plumbing shared by every script: a @dataclass of settings becomes the argpar
 become one line and an exit code, files are written atomically (atomic_write) and JSON read safely
 (load_json).
 
+    from config import opt   # a dataclass field with its --help text
+
     @dataclass
     class Config:
         task: str = opt("dyck", "task name", choices=["dyck", "copy"], section="what to train")
@@ -28,21 +30,22 @@ import stat
 import sys
 import threading
 import time
-from dataclasses import field
-
-
-def fmt(v, spec=".1f"):
-    return "-" if v is None else format(v, spec)
-
 
 
 def log_line(rec: dict) -> str:
     """One log record as the training loops print it: `key value | key value`, floats to 4 digits."""
     return " | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items())
 
-def opt(default, help: str, **meta):
-    """A Config field: its default, its --help text, and optionally choices=[...] and section="..."."""
-    return field(default=default, metadata={"help": help, **meta})
+def given(argv=None) -> set:
+    """The fields named on the command line (argv; None: sys.argv[1:]): `--x v`, `--x=v`, `--no-x` give x."""
+    out = set()
+    for a in sys.argv[1:] if argv is None else argv:
+        if a == "--":
+            break
+        if a.startswith("--"):
+            name = a[2:].split("=", 1)[0]
+            out.add(name[3:] if name.startswith("no-") else name)
+    return out
 
 
 class Parser(argparse.ArgumentParser):

@@ -21,7 +21,7 @@ import statistics
 import numpy as np
 
 from lab import stats
-from lab.cli import fmt
+from metrics import fmt
 
 # (metric key, name, transform): the family --against holds new runs to; location and spread of each
 FAMILY = (("oracle_ood", "OOD", None), ("oracle_hard_ood", "hard-subset OOD", None), ("policy_id", "ID", None),

@@ -35,22 +35,15 @@ class Log:
         self.cfg, self.path = cfg, os.path.join(run_dir, "metrics.jsonl")
         self.elapsed, self.sums = elapsed, dict(sums or {})  # sums: of each stat since the last log line
         self.t0, self.t0_step, self.done = time.time(), step, step  # wall clock since the last line (or the start)
-        self.bar = tqdm(range(step, cfg.max_iters), initial=step, total=cfg.max_iters,
-                        desc=os.path.basename(run_dir) or run_dir, disable=not sys.stderr.isatty(), leave=False)
-
-    def steps(self):
-        """The iterations still to train (with the progress bar)."""
-        return self.bar
+        self.bar = tqdm(initial=step, total=cfg.max_iters, desc=os.path.basename(run_dir) or run_dir,
+                        disable=not sys.stderr.isatty(), leave=False)
 
     def add(self, done: int, stats: dict) -> None:
-        """One finished step's stats."""
+        """One finished step's stats (and the progress bar moves on)."""
         for k, v in {"steps": 1, **stats}.items():
             self.sums[k] = self.sums.get(k, 0.0) + v
         self.done = done
-
-    def due(self, every: int) -> bool:
-        """Whether the step just finished is a multiple of `every` (or the last one)."""
-        return self.done % every == 0 or self.done == self.cfg.max_iters
+        self.bar.update(1)
 
     def record(self, lr: float, n_hi: int) -> dict:
         """The log line of the steps since the last one: their mean stats, ms per step and the elapsed time."""

@@ -197,10 +197,7 @@ class StackedSchedule(nn.Module):
         if "baseline" in state:
             self.register_buffer("baseline", torch.zeros_like(state["baseline"]))
         self.load_state_dict(state)
-        self.stat_names = {"rl": ["loss", "halt_loss", "block_evals", "block_evals_grad", "depth", "baseline"],
-                           "ponder": ["loss", "halt_loss", "block_evals", "depth"],
-                           "act": ["loss", "halt_loss", "block_evals", "depth", "ponder_cost"]
-                           }.get(self.name, ["loss", "block_evals", "depth"])
+        self.stat_names = list(schedules[0].stat_names)  # halting.py's order of the unstacked stats dict
 
     @property
     def first(self):  # the settings, which every seed shares
@@ -276,10 +273,7 @@ class StackedSchedule(nn.Module):
         R = -ce.detach()  # R = -l(theta; x, y, tau)
         halt = self.first.halt_loss(log_stop_distribution(a), tau, R, self.baseline)  # halting.RLHalting's L_halt
         self.first.update_baseline(self.baseline, R)  # b <- 0.9 b + 0.1 mean(R), per seed
-        n_grad = tau.float().mean(1)  # the active-set path's counts: tau steps with gradient, then up to T_max-1 without
-        n_nograd = (self.T_max - 1 - tau).clamp(min=0).float().mean(1) if self.first.active_set else torch.zeros_like(n_grad)
-        if not self.first.active_set:
-            n_grad = full
+        n_grad, n_nograd = self.first.block_counts(tau, self.T_max, self.first.active_set, torch.float32)  # halting.RLHalting's
         return ce.mean(1) + halt, torch.stack([ce.mean(1).detach(), halt.detach(), n_grad + n_nograd, n_grad,
                                                tau.float().mean(1), self.baseline.clone()], 1)
 

@@ -28,7 +28,8 @@ import metrics
 import ntp
 from tasks import TASKS
 from lab import compare, stats
-from lab.cli import atomic_write, fmt, read_json
+from lab.cli import atomic_write, read_json
+from metrics import fmt
 
 # --perturb replicates of one seed (--perturb_seed J, same EPS) are runs of the same experiment: a row holds them
 # all (replicate()). EPS itself is part of the experiment: an unperturbed run, or one nudged by another EPS, is

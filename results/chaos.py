@@ -71,6 +71,7 @@ if __package__ in (None, ""):  # run as `python results/chaos.py`: the repositor
 import train  # noqa: E402  (its parse_args: the declared command of a slot, recipe included)
 from lab import records, rundir, stats, tables  # noqa: E402
 from lab.cli import atomic_write, parse_json, run, write_json  # noqa: E402
+from metrics import fmt  # noqa: E402
 
 CHAOS = os.path.join(ROOT, "results", "chaos")
 TASK = "dyck"
@@ -234,10 +235,6 @@ def secondary(done: dict) -> dict:
                      if (row, k, r) in done and converged(done[row, k, r])]
     return {"runs": found, "pairs": len(two), "mean_abs_threads2": statistics.fmean(two) if two else None,
             "pert_pairs": len(pert), "mean_abs_perturb": statistics.fmean(pert) if pert else None}
-
-
-def fmt(v, spec=".1f"):
-    return "-" if v is None else format(v, spec)
 
 
 def icc_sentence(rows: dict, layers: int) -> str:

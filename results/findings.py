@@ -40,7 +40,8 @@ if __package__ in (None, ""):  # run as `python results/findings.py`: the reposi
 
 import config  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
-from lab.cli import atomic_write, fmt, run, write_json  # noqa: E402
+from lab.cli import atomic_write, run, write_json  # noqa: E402
+from metrics import fmt  # noqa: E402
 from results import chaos  # noqa: E402
 
 ROWS = ("fixed", "window", "rl")

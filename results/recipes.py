@@ -53,10 +53,6 @@ def stale(task: str, e: dict) -> dict:
     return {k: e["config"].get(k) for k, v in config.RECIPES[task].items() if e["config"].get(k) != v}
 
 
-def fmt(v, spec=".1f"):
-    return "-" if v is None else format(v, spec)
-
-
 def depth_row(e: dict):
     """(n, [acc at K = 1, T(n)/2, T(n), T_test]) at the shortest OOD length (where a model that extrapolates
     at all still answers: the place to see whether depth matters)."""
@@ -98,10 +94,10 @@ def main() -> None:
             raise SystemExit(f"{run_dir(task)} was not trained with {task}'s recipe: it has {wrong}; rerun it")
         n, ks = depth_row(e)
         recipe = " ".join(f"--{k} {v}" for k, v in r.items() if k != "test_lengths") or "the defaults"
-        lines.append(f"| {task} | {recipe} | {e['steps']} | {e['train_time_s'] / 60:.1f} | {fmt(m['policy_id'])} | "
-                     f"{metrics.vs_shortcut(m['oracle_ood'], m['shortcut_ood'])} | {fmt(m['val_k_ood'])} | "
-                     f"{fmt(m['shortcut_ood'])} ({m['shortcut_ood_name']}) | {fmt(m.get('oracle_hard_ood'))} | "
-                     f"{fmt(m['front90'], '')} | n = {n}: "
+        lines.append(f"| {task} | {recipe} | {e['steps']} | {e['train_time_s'] / 60:.1f} | {metrics.fmt(m['policy_id'])} | "
+                     f"{metrics.vs_shortcut(m['oracle_ood'], m['shortcut_ood'])} | {metrics.fmt(m['val_k_ood'])} | "
+                     f"{metrics.fmt(m['shortcut_ood'])} ({m['shortcut_ood_name']}) | {metrics.fmt(m.get('oracle_hard_ood'))} | "
+                     f"{metrics.fmt(m['front90'], '')} | n = {n}: "
                      + ", ".join(f"K={k} {a:.2f}" for k, a in ks) + " |")
     if rows:
         try:

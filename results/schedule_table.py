@@ -17,7 +17,8 @@ import config  # noqa: E402
 from halting import SCHEDULES  # noqa: E402
 import train  # noqa: E402
 from lab import rundir  # noqa: E402
-from lab.cli import opt, parse, run, write_json  # noqa: E402
+from config import opt  # noqa: E402
+from lab.cli import parse, run, write_json  # noqa: E402
 
 
 @dataclass

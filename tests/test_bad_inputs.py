@@ -149,6 +149,13 @@ def cases(base, tmp):
         ("resume: step is a string", "train", r(ck("stepstr", lambda c: c.update(step="5"))), "step"),
         ("resume: metrics.jsonl is a directory", "train", r(dirs["metrics.jsonl"]), "metrics.jsonl"),
         ("resume: config.json is a directory", "train", r(dirs["config.json"]), "config.json"),
+        # a flag the run does not read (config.check_unread)
+        ("train: a knob matched does not read", "train", ["--schedule", "matched", "--w", "3"],
+         "--w 3: schedule matched does not read it; its knobs: T_max, active_set, bptt_k, loss_weight"),
+        ("train: rl's knob with window", "train", ["--lambda_ent", "0.1"], "--lambda_ent 0.1: schedule window"),
+        ("train: a task knob dyck does not read", "train", ["--V=3"], "--V 3: task dyck does not read it; its knobs: none"),
+        ("train: ntp has no active set", "train", ["--task", "copy", "--schedule", "ntp", "--no-active_set"],
+         "--active_set False: schedule ntp does not read it; its knobs: c, ntp_greedy"),
         # evaluate.py
         ("evaluate: no arguments", "evaluate", [], "no run directories"),
         ("evaluate: unknown flag", "evaluate", [str(base), "--nope"], "--nope"),
@@ -189,6 +196,13 @@ def test_bad_inputs_one_line_exit_2_files_untouched(base, tmp_path, capsys):
         assert len(lines) == 1 and "Traceback" not in out.err, (name, out.err)
         assert word in lines[0], (name, lines[0])
         assert (snapshot(tmp_path), snapshot(base)) == before, name
+
+
+def test_a_knob_at_its_default_or_set_by_a_recipe_is_not_refused():
+    assert train.parse_args(["--schedule", "matched", "--w", "5"]).w == 5  # the default: harmless
+    assert train.parse_args(["--task", "unique_set"]).V == 32  # the recipe sets V, the user did not
+    assert train.parse_args(["--task", "unique_set", "--V", "8", "--schedule", "rl", "--lambda_ent", "0.01"]).V == 8
+    assert train.parse_args(["--schedule", "fixed_window", "--c", "10", "--w", "2"]).c == 10
 
 
 def test_bad_input_from_the_shell():

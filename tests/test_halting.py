@@ -341,6 +341,23 @@ def test_make_schedule_refuses_unknown_or_misspelt_knobs_and_bad_values():
             make_schedule(name, **({"d_model": 16} if name in ("rl", "ponder", "act") else {}), **kw)
 
 
+def test_make_schedule_checks_every_argument_on_entry():
+    # each bad value fails in make_schedule itself, with one line naming the argument and what is allowed
+    cases = [("window", dict(w=1.5), "w=1.5: expected an int >= 0"), ("window", dict(w=math.inf), "w=inf"),
+             ("window", dict(T_max=2.5), "T_max=2.5: expected an int >= 1"),
+             ("rl", dict(d_model=-3), "d_model=-3: expected an int >= 1"),
+             ("fixed", dict(c=2.5), "c=2.5: expected an int >= 1"), ("window", dict(w=True), "w=True"),
+             ("rl", dict(d_model=16, lambda_ent=math.inf), "lambda_ent=inf: expected a finite number"),
+             ("window", dict(active_set=1), "active_set=1: expected True or False"),
+             ("rl", dict(d_model=16, pad_id="0"), "pad_id='0'")]
+    for name, kw, msg in cases:
+        with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace("+", r"\+")):
+            make_schedule(name, **kw)
+    x, y, _, Tn = batch(B=4)
+    with pytest.raises(ValueError, match=r"x: shape \(0, .*B >= 1"):  # an empty batch is named, not a later IndexError
+        make_schedule("window").loss(tiny_model(), x[:0], y[:0], Tn[:0], torch.Generator())
+
+
 # --- a tiny real run ---------------------------------------------------------------------------------
 
 @pytest.mark.slow

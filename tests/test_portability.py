@@ -232,13 +232,9 @@ def halting_model(onehot=False):
     return Loop()
 
 
-def test_the_readmes_file_table_counts_the_lines_it_names():
+def test_the_readmes_file_table_names_every_root_file():
+    # the line counts beside them are kept by hand: no test counts them
     import re
     text = open(os.path.join(ROOT, "README.md")).read().split("## Files, in reading order", 1)[1].split("\n\n", 2)[1]
-    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| `")]
-    named = {f for row in rows for f in re.findall(r"`(\w+\.py)`", row[0])}
+    named = {f for line in text.splitlines() if line.startswith("| `") for f in re.findall(r"`(\w+\.py)`", line.split(" | ")[0])}
     assert named == {f for f in os.listdir(ROOT) if f.endswith(".py")}, "the table names every root file, and only those"
-    for row in rows:
-        files, counts = re.findall(r"`(\w+\.py)`", row[0]), [int(c) for c in row[-1].strip(" |").split(", ")]
-        actual = [sum(1 for _ in open(os.path.join(ROOT, f))) for f in files]
-        assert actual == counts, f"README.md's file table: {files} have {actual} lines, it says {counts}"

@@ -194,7 +194,7 @@ def test_a_schedule_on_another_device_is_named(name):
 
 
 def test_the_contract_says_d_model_is_the_width_of_the_state():
-    doc = " ".join(halting.__doc__.split())
+    doc = " ".join((halting.__doc__ + halting.CONTRACT).split())
     assert "D is the width of the loop's state h, the d_model= a learned schedule is built with" in doc
     assert "D the width of the loop's state h" in doc
 

@@ -25,7 +25,7 @@ from test_bad_inputs import snapshot  # every file under a folder with its bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6",
-        "--T_test", "8", "--n_max", "6", "--c", "6", "--w", "2", "--eval_samples", "8", "--test_lengths", "3,6,8",
+        "--T_test", "8", "--n_max", "6", "--w", "2", "--eval_samples", "8", "--test_lengths", "3,6,8",
         "--log_interval", "5", "--eval_interval", "10", "--lr", "3e-3", "--warmup_iters", "0", "--grad_clip", "0.1"]
 
 

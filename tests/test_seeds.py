@@ -8,7 +8,7 @@ from halting import SCHEDULES
 import train
 
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
-        "--n_max", "6", "--c", "6"]
+        "--n_max", "6"]  # fixed's c: 0, i.e. T_max = 6 (a --c would be refused for the schedules that do not read it)
 
 
 def initial(argv):

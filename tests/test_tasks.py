@@ -18,7 +18,6 @@ from tasks import (
 )
 
 LENGTHS = [1, 2, 3, 5, 10, 19] + list(range(20, 61, 5))  # in-distribution and the OOD test grid
-SLOT_TASKS = {"copy", "parity", "addition", "unique_set", "binary_sum", "multiplication", "mano"}
 
 
 # --- independent references: from the prompt's content, the expected x and y as symbols -----------
@@ -95,20 +94,32 @@ def ref_mano(expr, p=23):
     return expr + ["=", "_"], [None] * (len(expr) + 1) + [str(eval_prefix(expr, p))]
 
 
-def reference(name, n, x):
-    """Split a sampled prompt into its content (as the task defines it for length n) and rebuild the
-    expected x and y independently."""
-    if name == "parity_prefix":
-        return ref_parity_prefix(x[1:n + 1])
-    if name in ("dyck", "copy", "parity", "unique_set", "binary_sum"):
-        return globals()[f"ref_{name}"](x[:n])
-    if name == "addition":
-        return ref_addition(x[:n], x[n + 1:2 * n + 1])
-    if name == "multiplication":
-        return ref_multiplication(x[:n], x[n + 1:x.index("=")])
+def ref_mano_of(x, n):
     expr = x[:x.index("=")]
     assert sum(t in "+-*" for t in expr) == n, "mano: n must be the number of operators"
     return ref_mano(expr)
+
+
+# Every task in tasks.TASKS has an independent reference here: (n, the sampled prompt as symbols) -> the expected
+# x and y, rebuilt from the prompt's content. A new task adds its line; the tests below find tasks through TASKS.
+REFERENCES = {
+    "dyck": lambda n, x: ref_dyck(x[:n]),
+    "parity_prefix": lambda n, x: ref_parity_prefix(x[1:n + 1]),
+    "copy": lambda n, x: ref_copy(x[:n]),
+    "parity": lambda n, x: ref_parity(x[:n]),
+    "addition": lambda n, x: ref_addition(x[:n], x[n + 1:2 * n + 1]),
+    "unique_set": lambda n, x: ref_unique_set(x[:n]),
+    "binary_sum": lambda n, x: ref_binary_sum(x[:n]),
+    "multiplication": lambda n, x: ref_multiplication(x[:n], x[n + 1:x.index("=")]),
+    "mano": lambda n, x: ref_mano_of(x, n),
+}
+
+
+def reference(name, n, x):
+    """Split a sampled prompt into its content (as the task defines it for length n) and rebuild the
+    expected x and y independently."""
+    assert name in REFERENCES, f"task {name}: add its independent reference to REFERENCES in tests/test_tasks.py"
+    return REFERENCES[name](n, x)
 
 
 def symbols(task, x, y):
@@ -255,9 +266,8 @@ def test_batch_invariants(name):
         assert (xi[:L] != PAD).all() and (xi[L:] == PAD).all()  # PAD only after the sample
         assert (yi[L:] == IGNORE).all()
         scored = yi[:L] != IGNORE
-        slot = xi[:L] == task.stoi["_"] if name in SLOT_TASKS else torch.ones(L, dtype=torch.bool)
-        if name == "parity_prefix":  # every bit is scored, the start token is not
-            slot = xi[:L] != task.stoi["^"]
+        # a task with answer slots scores exactly them; one without scores every position but a start token ^
+        slot = xi[:L] == task.stoi["_"] if "_" in task.stoi else xi[:L] != task.stoi.get("^", -1)
         assert torch.equal(scored, slot), f"{name} n={k}: IGNORE exactly at the unscored positions"
         assert ((yi[:L][scored] >= 1) & (yi[:L][scored] < len(task.vocab))).all()  # valid, never PAD
         xs = [task.vocab[t] for t in xi[:L]]

@@ -42,7 +42,7 @@ from lab import chunks  # noqa: E402
 
 # --smoke: the paper preset shrunk to seconds on a CPU
 SMOKE = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "4", "--n_max", "4", "--T_max", "5",
-         "--T_test", "6", "--c", "5", "--eval_samples", "4", "--test_lengths", "3,5"]
+         "--T_test", "6", "--eval_samples", "4", "--test_lengths", "3,5"]  # fixed: c = T_max = 5
 TABLE = {"schedules": 4, "tasks": 4, "seeds": 24, "steps": 100_000}  # the primary table, today's estimate ~300 h
 
 

@@ -6,7 +6,7 @@ step's forward and backward for S seeds, alternated, median of the repeats. Also
 and gradients bitwise.
 
     git worktree add /tmp/old 5f4ee36
-    python results/layout_bench.py /tmp/old --json results/layout_bench.json
+    python results/checks/layout_bench.py /tmp/old --json results/checks/layout_bench.json
 """
 
 import dataclasses
@@ -16,8 +16,8 @@ import statistics
 import sys
 import time
 
-if __package__ in (None, ""):  # run as `python results/layout_bench.py`: the repository is the import root
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __package__ in (None, ""):  # run as `python results/checks/layout_bench.py`: the repository is the import root
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
@@ -39,7 +39,7 @@ def old_stack(tree: str):
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (1, 3) or not os.path.isfile(os.path.join(argv[0], "stack.py")):
-        raise ValueError("usage: python results/layout_bench.py OLD_CHECKOUT [--json PATH]")
+        raise ValueError("usage: python results/checks/layout_bench.py OLD_CHECKOUT [--json PATH]")
     if len(argv) == 3:
         rundir.check_output("--json", argv[2])
     torch.set_num_threads(1)

@@ -4,15 +4,15 @@ the given folders that still holds its ckpt.pt (checkpoints are not committed: r
 trained), rebuild the run from its checkpoint (lab/records.load_run), evaluate it again on its fixed test and
 validation sets (metrics.evaluate, the call train.py ends with), and compare every number with its eval.json.
 
-    python results/regenerate_check.py /work/chaos-tree/results/chaos --json results/regenerate_check.json
+    python results/checks/regenerate_check.py /work/chaos-tree/results/chaos --json results/checks/regenerate_check.json
 """
 
 import json
 import os
 import sys
 
-if __package__ in (None, ""):  # run as `python results/regenerate_check.py`: the repository is the import root
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __package__ in (None, ""):  # run as `python results/checks/regenerate_check.py`: the repository is the import root
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
         i = argv.index("--json")
         json_out, argv = argv[i + 1], argv[:i] + argv[i + 2:]
     if not argv or not all(os.path.isdir(d) for d in argv):
-        raise ValueError("usage: python results/regenerate_check.py FOLDER [FOLDER ...] [--json PATH]")
+        raise ValueError("usage: python results/checks/regenerate_check.py FOLDER [FOLDER ...] [--json PATH]")
     if json_out:
         rundir.check_output("--json", json_out)
     out = {"what": "finished runs rebuilt from their ckpt.pt and evaluated again by today's code; every field of "

@@ -6,7 +6,7 @@ each; their checkpoints must be equal tensor by tensor (torch.equal), their eval
 their metrics.jsonl equal but for the wall clock.
 
     git worktree add /tmp/old 5f4ee36
-    python results/layout_check.py /tmp/old --json results/layout_check.json
+    python results/checks/layout_check.py /tmp/old --json results/checks/layout_check.json
 """
 
 import os
@@ -14,15 +14,15 @@ import subprocess
 import sys
 import tempfile
 
-if __package__ in (None, ""):  # run as `python results/layout_check.py`: the repository is the import root
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __package__ in (None, ""):  # run as `python results/checks/layout_check.py`: the repository is the import root
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
 from lab import rundir  # noqa: E402
 from lab.cli import parse_json, read_json, run, write_json  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
         "--n_max", "6", "--max_iters", "20", "--log_interval", "5", "--eval_interval", "10", "--ckpt_interval", "10",
         "--eval_samples", "8", "--test_lengths", "3,8", "--threads", "1"]
@@ -97,7 +97,7 @@ def compare(old: str, new: str) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--json") or not os.path.isfile(os.path.join(argv[0], "train.py")):
-        raise ValueError("usage: python results/layout_check.py OLD_CHECKOUT [--json PATH]")
+        raise ValueError("usage: python results/checks/layout_check.py OLD_CHECKOUT [--json PATH]")
     if len(argv) == 3:
         rundir.check_output("--json", argv[2])
     old_tree = os.path.abspath(argv[0])
