@@ -183,7 +183,7 @@ def main(argv=None) -> int:
         return against(evals, args.against)
     if args.html:  # the depth explorer in place of the tables
         explorer.write(args.html, evals, " ".join(args.run_dirs))
-        print(f"html: {args.html} ({len(evals)} runs, {os.path.getsize(args.html) / 1e6:.2f} MB)")
+        print(f"html: {args.html} ({len(evals)} run{'s' * (len(evals) != 1)}, {os.path.getsize(args.html) / 1e6:.2f} MB)")
         return
     gates = args.gates()
     groups = tables.group_runs(evals)  # a copy or a mixed grid is refused before any readout is written
