@@ -76,8 +76,7 @@ def pair_lines(name_a: str, a: list, name_b: str, b: list, keys) -> list[str]:
         det = stats.detectable_ratio(stats.effective_runs(A), stats.effective_runs(B))
         sa, sb = math.sqrt(stats.run_var(A)), math.sqrt(stats.run_var(B))
         out.append(
-            f"{name}: {name_a} {statistics.fmean(stats.cluster_means(A)):.1f} vs {name_b} "
-            f"{statistics.fmean(stats.cluster_means(B)):.1f} ({counts(ca)} vs {counts(cb)}), difference "
+            f"{name}: {name_a} {m['mean_a']:.1f} vs {name_b} {m['mean_b']:.1f} ({counts(ca)} vs {counts(cb)}), difference "
             f"{m['diff']:+.1f} [{m['lo']:+.1f}, {m['hi']:+.1f}], Welch p {m['p']:.2g} on the seeds' means; "
             f"Std over runs {sa:.1f} vs {sb:.1f}, ratio {fmt(s['ratio'], '.2f')} [{fmt(s['lo'], '.2f')}, "
             f"{fmt(s['hi'], '.2f')}], permutation p {fmt(s['p'], '.2g')}; 80% power at these counts: a difference "

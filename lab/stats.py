@@ -20,6 +20,12 @@ unpaired ones stay beside them.
     power(a, b, n)         how often Brown-Forsythe gives p < 0.05 with n seeds per group, by resampling
                            pilot seeds (with replacement)
 
+    Two sets of runs, the seed as the unit (a set: per seed, the list of its runs; lab/compare.py):
+    cluster_welch(a, b)    Welch on the seeds' means: difference, 95% interval, p, what 80% power detects
+    cluster_spread(a, b)   Std ratio over runs, p of a permutation moving whole seeds, its interval by invert()
+    effective_runs(a)      N / (1 + (m - 1) ICC): how many independent runs the clusters are worth
+    detectable_ratio(n, m) the Std ratio an F test of n and m runs finds with 80% power
+
 
 The p-values come from the Student t and F distributions, both via the regularised incomplete beta
 function I_x(a, b), evaluated by its continued fraction (Numerical Recipes, section 6.4).
@@ -128,14 +134,6 @@ def power(a, b, n: int, test=brown_forsythe, alpha: float = 0.05, reps: int = 20
     rng = np.random.default_rng(seed)
     hits = sum(test(rng.choice(a, n), rng.choice(b, n))["p"] < alpha for _ in range(reps))
     return hits / reps
-
-
-def compare(a, b) -> dict:
-    """Everything a table prints for two groups of per-seed values: Welch p (means), Brown-Forsythe p
-    (spread)."""
-    if len(a) < 2 or len(b) < 2:
-        return {"welch_p": None, "bf_p": None}
-    return {"welch_p": welch(a, b)["p"], "bf_p": brown_forsythe(a, b)["p"]}
 
 
 # --- paired tests: seed k of row a against seed k of row b ----------------------------------------------
@@ -373,12 +371,12 @@ def cluster_welch(a, b) -> dict:
     ma, mb = cluster_means(a), cluster_means(b)
     if len(ma) < 2 or len(mb) < 2:
         return {"diff": None, "lo": None, "hi": None, "p": None, "detectable": None}
-    w = welch(ma, mb)
+    w, means = welch(ma, mb), {"mean_a": float(ma.mean()), "mean_b": float(mb.mean())}
     diff, se = float(ma.mean() - mb.mean()), math.sqrt(ma.var(ddof=1) / len(ma) + mb.var(ddof=1) / len(mb))
     if se == 0:
-        return {"diff": diff, "lo": diff, "hi": diff, "p": w["p"], "detectable": 0.0}
+        return {**means, "diff": diff, "lo": diff, "hi": diff, "p": w["p"], "detectable": 0.0}
     t975, t80 = t_quantile(0.05, w["df"]), t_quantile(0.40, w["df"])  # two-sided 5%; one-sided 20%
-    return {"diff": diff, "lo": diff - t975 * se, "hi": diff + t975 * se, "p": w["p"], "df": w["df"],
+    return {**means, "diff": diff, "lo": diff - t975 * se, "hi": diff + t975 * se, "p": w["p"], "df": w["df"],
             "detectable": (t975 + t80) * se}
 
 
@@ -400,13 +398,30 @@ def _assignments(c: int, ca: int, n_perm: int, seed: int) -> np.ndarray:
     return np.vstack([np.arange(c) < ca, keys])
 
 
+def invert(p_at, est: float, step: float, alpha: float = 0.05, iters: int = 30) -> tuple:
+    """A test's inversion into an interval of Std ratios: (lo, hi), the ratios exp(x) furthest from exp(est) on
+    each side that p_at(x) (the test's p of H0: log ratio = x) does not reject at alpha, found by stepping out
+    from est by step, then bisecting iters times; 0 or inf where the test rejects nothing within e^20."""
+    def edge(step: float) -> float:  # the last log ratio on one side of est that the test does not reject
+        inside, outside = est, est + step
+        while p_at(outside) > alpha:
+            inside, outside = outside, outside + step
+            if abs(outside - est) > 20:
+                return math.copysign(math.inf, step)
+        for _ in range(iters):
+            mid = (inside + outside) / 2
+            inside, outside = (mid, outside) if p_at(mid) > alpha else (inside, mid)
+        return inside
+    return math.exp(edge(-step)), math.exp(edge(step))
+
+
 def cluster_spread(a, b, n_perm: int = 4999, seed: int = 0, alpha: float = 0.05) -> dict:
     """Is the run-to-run spread of set a different from b's? Statistic T = log(var(a) / var(b)), the variances
     over runs (run_var). p: a permutation test that moves whole seeds between the sets (each set's runs first
     centred at its own mean, so a difference of means does not count as spread); two-sided, 2 min(Pr(T* >= T),
     Pr(T* <= T)). Interval of the Std ratio sd(a) / sd(b): every ratio r the same test does not reject at alpha
     once a's deviations are divided by r (test inversion, by bisection on log r); it covers at its nominal
-    rate where the centred seeds are exchangeable (tests/test_stats.py checks it by simulation)."""
+    rate where the centred seeds are exchangeable (tests/test_compare.py checks it by simulation)."""
     A = [np.asarray(c, float) for c in a if len(c)]
     B = [np.asarray(c, float) for c in b if len(c)]
     if len(A) < 2 or len(B) < 2 or sum(map(len, A)) < 3 or sum(map(len, B)) < 3:
@@ -433,19 +448,8 @@ def cluster_spread(a, b, n_perm: int = 4999, seed: int = 0, alpha: float = 0.05)
         return {"ratio": None, "lo": None, "hi": None, "p": None}
     est = 0.5 * math.log(va / vb)
 
-    def edge(step: float) -> float:  # the last log ratio on one side of est that the test does not reject
-        inside, outside = est, est + step
-        while p_at(outside) > alpha:
-            inside, outside = outside, outside + step
-            if abs(outside - est) > 20:
-                return math.copysign(math.inf, step)
-        for _ in range(30):
-            mid = (inside + outside) / 2
-            inside, outside = (mid, outside) if p_at(mid) > alpha else (inside, mid)
-        return inside
-
-    lo, hi = edge(-0.5), edge(0.5)
-    return {"ratio": math.exp(est), "lo": math.exp(lo), "hi": math.exp(hi), "p": p_at(0.0),
+    lo, hi = invert(p_at, est, 0.5, alpha)
+    return {"ratio": math.exp(est), "lo": lo, "hi": hi, "p": p_at(0.0),
             "exact": math.comb(len(A) + len(B), len(A)) <= n_perm}
 
 

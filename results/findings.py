@@ -77,10 +77,10 @@ def sign_flip(d: np.ndarray) -> float:
     return float((t >= abs(d.mean()) - 1e-12).mean())
 
 
-def seed_bootstrap(d: np.ndarray, n_boot: int = 10_000) -> tuple:
-    idx = np.random.default_rng(0).integers(0, len(d), (n_boot, len(d)))
-    lo, hi = np.percentile(d[idx].mean(axis=1), [2.5, 97.5])
-    return float(lo), float(hi)
+def seed_bootstrap(d: np.ndarray) -> tuple:
+    """The seed-bootstrap 95% interval of the mean of per-seed differences d (stats.paired_interval)."""
+    r = stats.paired_interval(d, np.zeros_like(d), lambda x, y: (x - y).mean(axis=-1))
+    return r["lo"], r["hi"]
 
 
 def means(done: dict, row: str, key: str) -> dict:
@@ -121,33 +121,26 @@ def ladder(key: str) -> dict:
     return out
 
 
-def invert(a: list, b: list, var, alpha: float = 0.05) -> tuple:
-    """The Std ratios r that stats.block_permutation does not reject once row a's blocks are divided by r (about
-    each seed's mean for the chaos variance, about the row's mean for the total): the test-inversion interval."""
-    centre = (lambda bl: [x - x.mean() for x in bl]) if var is stats.within_var else \
-        (lambda bl: [x - np.concatenate(bl).mean() for x in bl])
-    ca, cb = centre(a), centre(b)
-    p = lambda lr: stats.block_permutation([x / math.exp(lr) for x in ca], cb, var)["p"]
-    est = 0.5 * math.log(var(ca) / var(cb))
+def centred(blocks: list, var) -> list:
+    """Each seed's block about its own mean (the chaos variance), or every block about the row's mean (the total)."""
+    if var is stats.within_var:
+        return [x - x.mean() for x in blocks]
+    return [x - np.concatenate(blocks).mean() for x in blocks]
 
-    def edge(step):
-        inside, outside = est, est + step
-        while p(outside) > alpha:
-            inside, outside = outside, outside + step
-        for _ in range(14):
-            mid = (inside + outside) / 2
-            inside, outside = (mid, outside) if p(mid) > alpha else (inside, mid)
-        return math.exp(inside)
-    return edge(-0.25), edge(0.25)
+
+def invert(a: list, b: list, var, alpha: float = 0.05) -> tuple:
+    """The Std ratios r that stats.block_permutation does not reject once row a's centred blocks are divided by r:
+    the test-inversion interval (stats.invert)."""
+    ca, cb = centred(a, var), centred(b, var)
+    p = lambda lr: stats.block_permutation([x / math.exp(lr) for x in ca], cb, var)["p"]
+    return stats.invert(p, 0.5 * math.log(var(ca) / var(cb)), 0.25, alpha, iters=14)
 
 
 def power(a: list, b: list, var, ratio: float, draws: int = 200) -> float:
-    """Pr(block_permutation p < 0.05 / 4) when row a's blocks are scaled by ratio about their centre, the seeds
-    drawn with replacement (each seed's two blocks together)."""
-    centre = (lambda bl: [x - x.mean() for x in bl]) if var is stats.within_var else \
-        (lambda bl: [x - np.concatenate(bl).mean() for x in bl])
-    ca, cb = centre(a), centre(b)
-    ca = [x * ratio * math.sqrt(var(cb) / var(ca)) for x in ca]  # the true ratio is now `ratio` exactly
+    """Pr(block_permutation p < 0.05 / 4) when row a's centred blocks are scaled to a Std ratio of exactly `ratio`
+    against b's, the seeds drawn with replacement (each seed's two blocks together)."""
+    ca, cb = centred(a, var), centred(b, var)
+    ca = [x * ratio * math.sqrt(var(cb) / var(ca)) for x in ca]
     rng = np.random.default_rng(0)
     hits = 0
     for _ in range(draws):
