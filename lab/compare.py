@@ -117,13 +117,14 @@ def as_lists(cl: dict) -> list:
     return [list(v) for v in cl.values()]
 
 
-def held_out(ref: dict, new_seeds: list, sizes: list, rng, k_max: int) -> tuple:
-    """One calibration split of the reference: (pseudo-new, rest), mirroring the new set's design. Seeds the new
-    set shares with the reference: those seeds' pseudo-new runs are drawn from the reference's runs of the same
-    seeds. Fresh seeds: k_max whole seeds of the reference are held out (subsampled to the new set's runs a seed)."""
+def held_out(ref: dict, new_seeds: list, sizes: list, rng, k_max: int, shared: bool) -> tuple:
+    """One calibration split of the reference: (pseudo-new, rest), mirroring the new set's design. shared (the new
+    set's seeds are the reference's, each with more runs there): those seeds' pseudo-new runs are drawn from the
+    reference's runs of the same seeds. Else k_max whole seeds of the reference are held out (subsampled to the
+    new set's runs a seed)."""
     any_metric = next(iter(ref.values()))
     seeds = list(any_metric)
-    if set(new_seeds) <= set(seeds) and all(len(any_metric[s]) > n for s, n in zip(new_seeds, sizes)):
+    if shared:
         take = {s: set(rng.choice(len(any_metric[s]), n, replace=False).tolist()) for s, n in zip(new_seeds, sizes)}
         pick = lambda s, i: s in take and i in take[s]
         return ({m: [[v for i, v in enumerate(cl[s]) if pick(s, i)] for s in new_seeds if s in cl] for m, cl in ref.items()},
@@ -157,7 +158,7 @@ def against(new: list, ref: list, splits: int = SPLITS, seed: int = 0) -> dict:
     tests = list(ps)
     null = np.ones((splits, len(tests)))
     for i in range(splits):
-        q = family_ps(*held_out({n: cr[n] for n in names}, new_seeds, sizes, rng, k_max), names)
+        q = family_ps(*held_out({n: cr[n] for n in names}, new_seeds, sizes, rng, k_max, shared), names)
         null[i] = [q.get(t, 1.0) for t in tests]
     rank = lambda t, p: (1 + (null[:, t] <= p + 1e-15).sum()) / (1 + splits)  # the test's own null rank of p
     null_min = np.array([min(rank(t, null[i, t]) for t in range(len(tests))) for i in range(splits)])
