@@ -200,8 +200,7 @@ def threads_exchangeable(done: dict) -> dict:
     return {"twins": len(B), "diff": float(t0), "p": float((1 + (np.abs(t) >= abs(t0) - 1e-12).sum()) / 20_001)}
 
 
-def analyse() -> dict:
-    done = chaos.runs()
+def analyse(done: dict) -> dict:
     if chaos.complete_layers(done) < len(chaos.REPS):
         raise ValueError(f"results/chaos: {len(done)} runs; these findings read the complete study (150 runs)")
     out = {"means": {}, "round_two": {}, "ladder": ladder(ALL)}
@@ -370,14 +369,15 @@ def plot(done: dict, path: str) -> None:
 def main(argv) -> None:
     if argv:
         raise ValueError(f"unknown arguments {' '.join(argv)} (results/findings.py takes none)")
-    o = analyse()
+    done = chaos.runs()  # the study's 150 runs, read once
+    o = analyse(done)
     text = lines(o)
     tables.splice(os.path.join(ROOT, "results", "README.md"), "findings", text)
     tables.splice(os.path.join(ROOT, "README.md"), "results", front(o))
     tables.splice(os.path.join(ROOT, "README.md"), "span", span(o))
-    write_json(os.path.join(ROOT, "results", "findings.json"), {k: v for k, v in o.items()})
+    write_json(os.path.join(ROOT, "results", "findings.json"), o)
     try:
-        plot(chaos.runs(), os.path.join(ROOT, "results", "findings.png"))
+        plot(done, os.path.join(ROOT, "results", "findings.png"))
     except ImportError:
         print("results/findings.py: matplotlib is not installed; the picture is skipped", file=sys.stderr)
     print("\n".join(text))
