@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as `python results/findings.py`: the reposi
 
 import config  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
-from lab.cli import atomic_write, run, write_json  # noqa: E402
+from lab.cli import atomic_write, read_json, run, write_json  # noqa: E402
 from metrics import fmt  # noqa: E402
 from results import chaos  # noqa: E402
 
@@ -215,6 +215,7 @@ def analyse(done: dict) -> dict:
                                                   "pooled_seeds": len(pooled)}
     counting = next(iter(done.values()))["metrics"]["shortcuts"]["counting"]["ood"]
     out["counting_ood"] = counting
+    out["shortcut_hard_ood"] = next(iter(done.values()))["metrics"]["shortcut_hard_ood"]
     out["window_runs_below_counting"] = sum(done["window", k, r]["metrics"][ALL] < counting for k in chaos.SEEDS for r in chaos.REPS)
     out["spread_all"] = {}
     for row in ("window", "rl"):
@@ -306,26 +307,29 @@ def lines(o: dict) -> list[str]:
 def front(o: dict) -> list[str]:
     """README.md's Results, in plain words first (at most eight lines and the picture); every number from o and
     results/exclusions.json."""
-    with open(os.path.join(ROOT, "results", "exclusions.json")) as f:
-        ex = json.load(f)
-    w, wa, r2 = o["means"][f"window {HARD}"], o["means"][f"window {ALL}"], o["round_two"]
+    ex = read_json(os.path.join(ROOT, "results", "exclusions.json"))
+    icc = read_json(os.path.join(ROOT, "results", "chaos", "chaos.json"))["rows"]
+    w, wa, r2 = o["means"][f"window {HARD}"], o["means"][f"window {ALL}"], o["round_two"][f"window {ALL}"]
     s, rl, gap = o["spread_all"]["window"], ex["spreads"]["dyck"], ex["spreads"]["copy_gap"]
     return [
         "What 150 runs of the default recipe say (dyck at this CPU scale, d_model 64 and 800 steps: 10 seeds x 5 runs each "
         "of fixed depth, the window and RL-Halting), with round two's 16 fresh seeds a row beside them:",
         "",
         f"- **The window scored lower than fixed depth, not higher**: {w['mean']:.1f}% against {w['fixed']:.1f}% on dyck's hard "
-        f"subset (a difference of {w['diff']:+.1f} points, 95% interval [{w['lo']:+.1f}, {w['hi']:+.1f}]) and {wa['mean']:.1f}% against "
-        f"{wa['fixed']:.1f}% on all samples, the paper's metric, where the paper has the window 3.6 points above. Round two's fresh "
-        f"seeds agree ({r2[f'window {ALL}']['diff']:+.1f} points on all samples).",
+        f"subset, where the best shortcut scores {o['shortcut_hard_ood']:.1f}% (a difference of {w['diff']:+.1f} points, 95% "
+        f"interval [{w['lo']:+.1f}, {w['hi']:+.1f}]), and {wa['mean']:.1f}% against {wa['fixed']:.1f}% on all samples, the paper's "
+        f"metric, where counting scores {o['counting_ood']:.1f}% and the paper has the window 3.6 points above fixed. Round two's "
+        f"fresh seeds agree ({r2['diff']:+.1f} [{r2['lo']:+.1f}, {r2['hi']:+.1f}] on all samples).",
         f"- **It also spread more**: on all samples its runs spread {s['ratio']:.1f} times as widely as fixed depth's (Std "
-        f"{s['std']:.1f} against {s['std_fixed']:.1f} points). The paper's much steadier RL-Halting (0.15 of fixed's spread) "
-        f"is excluded here: {rl['ratio']:.2f} [{rl['lo']:.2f}, {rl['hi']:.2f}] on the hard subset.",
-        "- **One run is one draw**: two runs of one seed, nudged by rounding-sized noise, differ on the hard subset about as "
-        "much as two seeds do, so a comparison needs many runs (`python evaluate.py NEW --against REF`, below).",
+        f"{s['std']:.1f} against {s['std_fixed']:.1f} points; 95% interval of the ratio [{s['lo']:.1f}, {s['hi']:.1f}]). The "
+        f"paper's much steadier RL-Halting (0.15 of fixed's spread) is excluded here: {rl['ratio']:.2f} [{rl['lo']:.2f}, "
+        f"{rl['hi']:.2f}] on the hard subset.",
+        "- **One run is one draw**: on the hard subset, two runs of one seed nudged by rounding-sized noise differ nearly as much "
+        "as two seeds: the seed's share of the spread is at most " + ", ".join(f"{icc[r]['icc_hi']:.2f} ({r})" for r in ROWS)
+        + " (95% upper bounds), so a comparison needs many runs (`python evaluate.py NEW --against REF`, below).",
         f"- On copy only the direction of the paper's smaller Gap reproduces ({gap['window']['gap']:.1f} points against fixed's "
-        f"{gap['window']['gap_fixed']:.1f} here; {gap['paper']['window']:.1f} against {gap['paper']['fixed']:.1f} in the paper). "
-        "The paper's GPU scale is untested.",
+        f"{gap['window']['gap_fixed']:.1f} here, Holm p {ex['declared']['gap_window_holm']:.3f}; {gap['paper']['window']:.1f} "
+        f"against {gap['paper']['fixed']:.1f} in the paper). The paper's GPU scale is untested.",
         "- Every figure with its test, interval and caveat: [results/README.md](results/README.md) (these lines: "
         "`python results/findings.py`).",
         "",
