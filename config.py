@@ -31,6 +31,8 @@ class Config:
     c: int = opt(0, "the constant depth c of fixed and fixed_window (the papers' 'fixed K = c') and of the NTP "
                     "baselines (ntp, ntp_pause: c blocks of n_layer layers; ntp_loop: c loops); 0: T_max")
     w: int = opt(5, "window half-width: D ~ Unif{-w..w} (window, fixed_window, multidepth)")
+    k_min: int = opt(1, "window: depth floor, K = clip(T(n) + D, k_min, T_max) in training and clip(T(n), k_min, "
+                        "T_test) at test (1: the paper's window; not in the paper)")
     T_max: int = opt(20, "training truncation: no training depth exceeds T_max")
     T_test: int = opt(30, "test-time maximum depth; every test depth is clipped to 1..T_test")
     n_min: int = opt(1, "shortest training length")

@@ -153,23 +153,28 @@ def uniform_offsets(like: torch.Tensor, w: int, gen: torch.Generator) -> torch.T
 
 class Window(Schedule):
     """Local window (primary paper): K = clip(T(n) + D, 1, T_max), D ~ Unif{-w..w} per sample; test K = T(n).
-    Its loss is Schedule.loss above: l(theta; x, y, tau) = CE(yhat_tau(x), y) at tau = train_depth(Tn)."""
+    Its loss is Schedule.loss above: l(theta; x, y, tau) = CE(yhat_tau(x), y) at tau = train_depth(Tn).
+
+    k_min (not in the paper; default 1, the paper's clip) is a depth floor: K = clip(T(n) + D, k_min, T_max) in
+    training and K = clip(T(n), k_min, T_test) at test. A floor keeps every training depth deep, so a short input
+    is never answered in one or two steps (results/README.md, "Does the model use its loop?")."""
 
     name = "window"
 
-    def __init__(self, *, w: int = 5, **base):
+    def __init__(self, *, w: int = 5, k_min: int = 1, **base):
         super().__init__(**base)
         check(w >= 0, f"w={w}: must be >= 0")
-        self.w = w
+        check(1 <= k_min <= self.T_max, f"k_min={k_min}: the depth floor must be in 1..T_max ({self.T_max})")
+        self.w, self.k_min = w, k_min
 
     def train_depth(self, Tn, gen):
-        # K = clip(T(n) + D, 1, T_max)
-        return (Tn + uniform_offsets(Tn, self.w, gen)).clamp(1, self.T_max)
+        # K = clip(T(n) + D, k_min, T_max)   (k_min = 1: the paper's window)
+        return (Tn + uniform_offsets(Tn, self.w, gen)).clamp(self.k_min, self.T_max)
 
     def policy(self, Tn, T_test, hidden=None, mask=None):
         check_policy(Tn, T_test)
-        # K = T(n), clipped to 1..T_test
-        return Tn.clamp(1, T_test)
+        # K = T(n), clipped to k_min..T_test
+        return Tn.clamp(min(self.k_min, T_test), T_test)
 
 
 class Matched(Schedule):
@@ -871,7 +876,7 @@ def check_head(head: nn.Linear, h: torch.Tensor) -> None:
 
 
 # make_schedule's settings by kind: an integer (a bool is not one) at least this, a finite number, a bool
-AT_LEAST = {"T_max": 1, "w": 0, "c": 1, "r_bar": 1, "trm_steps": 1, "trm_sup": 0, "bptt_k": 0, "d_model": 1}
+AT_LEAST = {"T_max": 1, "w": 0, "k_min": 1, "c": 1, "r_bar": 1, "trm_steps": 1, "trm_sup": 0, "bptt_k": 0, "d_model": 1}
 FINITE = ("sigma", "lambda_ent", "beta", "lambda_p", "alpha", "tau_act", "act_eps", "halt_explore", "trm_bce")
 
 

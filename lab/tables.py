@@ -40,6 +40,7 @@ BOOKKEEPING = {"perturb_seed", "seed", "seeds", "out_dir", "resume", "overwrite"
 NTP_KNOBS = {"n_pause", "ntp_greedy"}  # the settings of ntp.py's baselines alone
 SCHEDULE_KNOBS = ({k for s in SCHEDULES for k in settings(s)} | NTP_KNOBS) - {"T_max", "d_model", "pad_id", "active_set"}
 TASK_KNOBS = {k for t in TASKS.values() for k in t.knobs}
+DEFAULTS = dataclasses.asdict(Config())
 PRIMARY = {"fixed": ("c",), "fixed_window": ("c", "w"), "window": ("w",), "multidepth": ("w",),
            "ntp": ("c",), "ntp_pause": ("c", "n_pause"), "ntp_loop": ("c",)}
 
@@ -75,7 +76,9 @@ def group_runs(evals: list) -> dict:
         k = dict(key)
         # the settings that differ between the rows of this task
         others = [dict(o) for o in by_key if dict(o)["task"] == k["task"]]
-        varying = sorted({f for o in others for f in set(o) | set(k) if o.get(f) != k.get(f)} - {"schedule", "task"})
+        # (a setting one row's schedule or task does not read counts as its default, as in run_key)
+        at = lambda row, f: row[f] if f in row else DEFAULTS.get(f)
+        varying = sorted({f for o in others for f in set(o) | set(k) if at(o, f) != at(k, f)} - {"schedule", "task"})
         shown = [f for f in PRIMARY.get(k["schedule"], ())] + [f for f in varying if f not in PRIMARY.get(k["schedule"], ())]
         label = " ".join([k["schedule"]] + [f"{f}={value(k[f])}" for f in shown if f in k])
         seen = {}

@@ -136,6 +136,23 @@ def test_window_depths_within_clipped_window_and_cover_it(name):
         assert got == set(range(max(1, c - 5), min(20, c + 5) + 1)), (c, got)
 
 
+def test_window_depth_floor_k_min_clips_training_and_test_depths_from_below():
+    """K = clip(T(n) + D, k_min, T_max) in training, clip(T(n), k_min, T_test) at test; k_min = 1 is the plain window
+    draw for draw (the same generator state gives the same depths)."""
+    Tn = torch.tensor([1, 3, 10, 19, 25]).repeat(400)
+    floor = make_schedule("window", w=5, k_min=10, T_max=20).train_depth(Tn, torch.Generator().manual_seed(5))
+    for t in Tn.unique().tolist():
+        got = set(floor[Tn == t].tolist())
+        assert got == {min(20, max(10, t + d)) for d in range(-5, 6)}, (t, got)
+    plain = make_schedule("window", w=5, T_max=20).train_depth(Tn, torch.Generator().manual_seed(5))
+    one = make_schedule("window", w=5, k_min=1, T_max=20).train_depth(Tn, torch.Generator().manual_seed(5))
+    assert torch.equal(plain, one) and torch.equal(floor, plain.clamp(min=10))
+    assert make_schedule("window", k_min=10).policy(torch.tensor([1, 12, 40]), 30).tolist() == [10, 12, 30]
+    for bad in (0, 21, 2.5, True):
+        with pytest.raises(ValueError, match="k_min"):
+            make_schedule("window", k_min=bad, T_max=20)
+
+
 def test_hand_made_policies_clip_to_T_test():
     Tn = torch.tensor([1, 19, 40])
     assert make_schedule("fixed", c=20).policy(Tn, 30).tolist() == [20] * 3
