@@ -69,14 +69,6 @@ def study_blocks(done: dict, row: str, key: str) -> list[np.ndarray]:
             for k in chaos.SEEDS]
 
 
-def sign_flip(d: np.ndarray) -> float:
-    """Exact two-sided paired sign-flip p of the mean of d over all 2^k patterns."""
-    k = len(d)
-    signs = 1 - 2 * ((np.arange(2 ** k)[:, None] >> np.arange(k)) & 1)
-    t = np.abs((signs * d).mean(axis=1))
-    return float((t >= abs(d.mean()) - 1e-12).mean())
-
-
 def seed_bootstrap(d: np.ndarray) -> tuple:
     """The seed-bootstrap 95% interval of the mean of per-seed differences d (stats.paired_interval)."""
     r = stats.paired_interval(d, np.zeros_like(d), lambda x, y: (x - y).mean(axis=-1))
@@ -89,7 +81,7 @@ def means(done: dict, row: str, key: str) -> dict:
     ya, yb = np.concatenate(a), np.concatenate(b)
     lo, hi = seed_bootstrap(d)
     return {"mean": float(np.mean([x.mean() for x in a])), "fixed": float(np.mean([y.mean() for y in b])),
-            "diff": float(d.mean()), "lo": lo, "hi": hi, "p": sign_flip(d), "below": int((d < 0).sum()), "seeds": len(d),
+            "diff": float(d.mean()), "lo": lo, "hi": hi, "p": stats.sign_flip(d), "below": int((d < 0).sum()), "seeds": len(d),
             "p_run_below": float((ya[:, None] < yb[None, :]).mean()), "d": d.tolist()}
 
 

@@ -148,6 +148,32 @@ def test_paired_spread_finds_a_real_difference_and_not_a_fake_one():
     assert stats.paired_spread([1.0, 2.0], [3.0, 4.0])["p"] is None  # two seeds: no spread test
 
 
+def test_sign_flip_by_hand_and_its_floor():
+    """d = (1, 2, 3): of the 8 sign patterns, only (+, +, +) has mean >= 2 (one-sided 1/8); |mean| >= 2 twice."""
+    assert stats.sign_flip([1, 2, 3], "greater") == pytest.approx(1 / 8)
+    assert stats.sign_flip([1, 2, 3], "less") == pytest.approx(1)
+    assert stats.sign_flip([1, 2, 3]) == pytest.approx(2 / 8)
+    assert stats.sign_flip([1, 2, 3], "greater", shift=3) == pytest.approx(1)  # d - 3 = (-2, -1, 0): never > 0
+    d = np.arange(1.0, 13.0)  # 12 positive differences: the exact floor 1 / 4096 one-sided
+    assert stats.sign_flip(d, "greater") == pytest.approx(1 / 4096)
+    with pytest.raises(ValueError, match="alternative"):
+        stats.sign_flip(d, "bigger")
+
+
+def test_sign_flip_interval_is_the_tests_inversion_and_covers():
+    """Each end of the interval sits where the two-sided test crosses 0.05, and over 300 simulated sets of 12
+    symmetric differences it covers the true mean at about its nominal 95% (a binomial interval's range)."""
+    d = np.array([3.1, -1.2, 5.0, 7.7, 0.4, 2.2, -0.8, 4.4, 6.1, 1.9, 3.3, -2.5])
+    lo, hi = stats.sign_flip_interval(d)
+    assert lo < d.mean() < hi
+    for edge, out in ((lo, -1e-3), (hi, 1e-3)):
+        assert stats.sign_flip(d, shift=edge) >= 0.05 > stats.sign_flip(d, shift=edge + out)
+    assert stats.sign_flip_interval(d[:5]) == (-math.inf, math.inf)  # 2 / 2^5 > 0.05: no interval is possible
+    rng = np.random.default_rng(7)
+    cover = sum(lo <= 1.5 <= hi for lo, hi in (stats.sign_flip_interval(1.5 + rng.standard_t(4, 12)) for _ in range(300)))
+    assert 0.91 <= cover / 300 <= 0.99, cover
+
+
 def test_holm_by_hand():
     # sorted 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005, 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04): monotone
     assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
