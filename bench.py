@@ -53,7 +53,7 @@ import config
 import metrics
 from tasks import PAD, TASKS, eval_set, get_task, task_kwargs, train_batch
 import train
-from lab import chunks, cli, rundir
+from lab import checks, chunks, cli, files, rundir
 from config import opt
 
 # the settings of --quick, a smoke run in seconds (they are defaults: an explicit flag still wins)
@@ -120,7 +120,7 @@ def train_config(cfg: Config, d_model: int) -> config.Config:
 def parse_args(argv=None) -> Config:
     """Config, checked before any work: a bad value fails with one line naming it (exit 2)."""
     cfg = cli.parse(Config, argv, prog="bench.py", doc=__doc__, presets=lambda a: QUICK if a.quick else {})
-    rundir.validate(train_config(cfg, cfg.d_model))  # every setting shared with train.py
+    checks.validate(train_config(cfg, cfg.d_model))  # every setting shared with train.py
     try:
         bad = not all(int(v) >= 1 for v in cfg.stacks.split(",") if v.strip())
     except ValueError:
@@ -136,7 +136,7 @@ def parse_args(argv=None) -> Config:
         raise ValueError(f"--flops_d_models {cfg.flops_d_models!r}: must be comma-separated integers, "
                          f"each a positive multiple of n_head ({cfg.n_head})")
     for d in cfg.widths():
-        rundir.validate(train_config(cfg, d))  # the memory check at each width
+        checks.validate(train_config(cfg, d))  # the memory check at each width
     stacks = [int(v) for v in cfg.stacks.split(",") if v.strip()]
     if cfg.only_stack and not stacks:
         raise ValueError(f"--only_stack --stacks {cfg.stacks!r}: row (h) alone needs at least one stack size S "
@@ -144,7 +144,7 @@ def parse_args(argv=None) -> Config:
     if stacks:
         check_stack_memory(cfg, max(stacks))
     if cfg.json:  # never a run's own file (eval.json, ckpt.pt, ...), and a file that can be created
-        rundir.check_output("--json", cfg.json)
+        checks.check_output("--json", cfg.json)
     return cfg
 
 
@@ -152,7 +152,7 @@ def check_stack_memory(cfg: Config, S: int) -> None:
     """Refuse a row (h) at S seeds that cannot fit in memory, before any work. A rough upper estimate, 4 bytes a
     float: S separate runs and two chunks of S seeds (stacked, masked) live at once, each seed with its weights,
     gradients and two AdamW moments (a chunk also keeps an unstacked twin of every seed: 14 floats a parameter in
-    all), and a step of a chunk keeps S runs' activations (rundir.check_memory's count per token, layer and loop
+    all), and a step of a chunk keeps S runs' activations (checks.check_memory's count per token, layer and loop
     step, every loop step to T_max, on sequences as long as the chunk pads to at n_max)."""
     tcfg = train_config(cfg, cfg.d_model)
     task, model, schedule = config.build(tcfg)
@@ -160,7 +160,7 @@ def check_stack_memory(cfg: Config, S: int) -> None:
     P = chunks.pad_length(task, tcfg)
     act = 4 * cfg.batch_size * P * cfg.T_max * cfg.n_layer * (20 * cfg.d_model + 2 * cfg.n_head * P)
     need = S * (4 * 14 * n + act)
-    device = rundir.pick_device(cfg.device)  # rundir.validate found it available
+    device = checks.pick_device(cfg.device)  # checks.validate found it available
     if device.startswith("cuda"):
         have = torch.cuda.get_device_properties(torch.device(device)).total_memory
     else:
@@ -452,7 +452,7 @@ def padding_waste(x: torch.Tensor, depth: torch.Tensor, chunks: int = 4) -> dict
 
 def bench(cfg: Config) -> list[list[str]]:
     """Run every measurement; return the table rows."""
-    device, base = rundir.pick_device(cfg.device), train_config(cfg, cfg.d_model)
+    device, base = checks.pick_device(cfg.device), train_config(cfg, cfg.d_model)
     if cfg.only_stack:
         return stack_rows(cfg, device)
     task = get_task(base.task, **task_kwargs(base.task, dataclasses.asdict(base)))
@@ -516,7 +516,7 @@ def bench(cfg: Config) -> list[list[str]]:
 
 
 def header(cfg: Config) -> str:
-    device = rundir.pick_device(cfg.device)
+    device = checks.pick_device(cfg.device)
     hw = torch.cuda.get_device_name(device) if device.startswith("cuda") else f"cpu, {torch.get_num_threads()} threads"
     return (f"bench.py | torch {torch.__version__} | {hw} | {cfg.task}, window w={cfg.w}, d_model {cfg.d_model}, "
             f"{cfg.n_head} heads, L={cfg.n_layer}, batch {cfg.batch_size}, n {cfg.n_min}..{cfg.n_max}, "
@@ -536,7 +536,7 @@ def main(argv=None) -> list[list[str]]:
     for r in rows:
         print("| " + " | ".join(r) + " |")
     if cfg.json:
-        cli.write_json(cfg.json, {"header": header(cfg), "columns": COLUMNS, "rows": rows, "env": rundir.environment()})
+        files.write_json(cfg.json, {"header": header(cfg), "columns": COLUMNS, "rows": rows, "env": rundir.environment()})
     return rows
 
 

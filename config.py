@@ -163,6 +163,19 @@ def check_unread(cfg: Config, given: set) -> None:
                              f"{', '.join(TASKS[cfg.task].knobs) or 'none'}")
 
 
+# settings that may differ when a run is resumed: they change how it is computed (device, threads, bf16
+# autocast on CUDA, compile: the rounding, as a reduction order does), or nothing, but not what is trained
+HARMLESS = {"threads", "device", "amp", "compile", "eval_batch_size", "log_interval", "eval_interval",
+            "ckpt_interval", "resume", "overwrite", "seeds", "out_dir", "preset", "stack", "static", "tf32"}
+
+def differences(saved: dict, cfg) -> list[str]:
+    """The settings of a saved run that differ from cfg, except the harmless ones. A setting the saved
+    run does not know (added later, off by default) counts as its default."""
+    now = dataclasses.asdict(cfg)
+    saved = {**dataclasses.asdict(type(cfg)()), **saved}
+    return [f"{k}={saved.get(k)!r} (now {v!r})" for k, v in now.items() if k not in HARMLESS and saved.get(k) != v]
+
+
 # Per-task CPU recipes: what `python train.py --task T` uses unless a flag says otherwise. dyck is the
 # defaults above. The reasons behind each choice are in results/README.md.
 GRID10 = "4,7,10,12,14,16,18,20,25,30"  # OOD to 3x n_max = 10
@@ -200,6 +213,40 @@ def ema_start_step(cfg) -> int:
     if cfg.ema_start >= 0:
         return cfg.ema_start
     return max(0, (cfg.n_max - cfg.curriculum_start) * cfg.curriculum_every) if cfg.curriculum else 0
+
+
+class EMA:
+    """A weight EMA (Fan et al. 0.9999, TRM 0.999; --ema DECAY), evaluated instead of the weights at the end: it starts
+    as a copy of the weights after step ema_start_step(cfg) and then follows every step,
+    theta_ema <- decay theta_ema + (1 - decay) theta, without bias correction (as Fan et al.'s torch_ema with
+    use_num_updates=False and TRM's EMAHelper). It draws no random number and touches no weight: the run trains
+    exactly as without it. weights: {"model": {name: tensor}, "schedule": {...}}, None until it starts (and
+    without --ema). The checks of a checkpoint's EMA are lab/checkpoint.py's ema_problem."""
+
+    def __init__(self, cfg, model, schedule):
+        self.decay, self.start, self.weights = cfg.ema, ema_start_step(cfg), None
+        self.params = lambda: {"model": dict(model.named_parameters()), "schedule": dict(schedule.named_parameters())}
+
+    def after(self, step: int) -> None:
+        """Call after training step `step` (0: before the first, for an EMA that starts at the initial weights)."""
+        if not self.decay:
+            return
+        if step == self.start:
+            self.weights = {part: {k: p.detach().clone() for k, p in ps.items()} for part, ps in self.params().items()}
+        elif step > self.start:
+            with torch.no_grad():
+                for part, params in self.params().items():
+                    for name, p in params.items():
+                        # theta_ema <- decay * theta_ema + (1 - decay) * theta
+                        self.weights[part][name].mul_(self.decay).add_(p.detach(), alpha=1 - self.decay)
+
+    @staticmethod
+    def apply(model, schedule, weights: dict) -> None:
+        """Copy EMA weights (a checkpoint's "ema") into the model's and the schedule's parameters."""
+        with torch.no_grad():
+            for part, module in (("model", model), ("schedule", schedule)):
+                for name, p in module.named_parameters():
+                    p.copy_(weights[part][name])
 
 
 def recipes_text() -> str:

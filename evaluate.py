@@ -30,9 +30,10 @@ import torch
 import readouts
 from metrics import evaluate, format_run  # noqa: F401  (evaluate: `import evaluate; evaluate.evaluate(...)` as before)
 from tasks import PAD, eval_set, get_task, task_kwargs
-from lab import compare, explorer, plots, rundir, tables
+from lab import checks, compare, explorer, plots, tables
 from config import opt
-from lab.cli import atomic_write, load_json, parse, run, write_json
+from lab.cli import parse, run
+from lab.files import atomic_write, load_json, write_json
 from lab.records import find_runs, load_eval, load_run
 
 
@@ -76,13 +77,13 @@ def parse_args(argv=None) -> Args:
     if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
         raise ValueError(f"--device {args.device}: not available here; use cpu" + (", cuda" if torch.cuda.is_available() else ""))
     for target in (args.out and [f"{args.out}.md", f"{args.out}.json"]) or []:
-        rundir.check_output("--out", target)  # never a run's own file (--out RUN/eval), a file that can be created
+        checks.check_output("--out", target)  # never a run's own file (--out RUN/eval), a file that can be created
     if args.plot:  # created if missing (when the plots are drawn)
-        rundir.check_output("--plot", args.plot, folder=True)
+        checks.check_output("--plot", args.plot, folder=True)
     if args.html:
         if os.path.isdir(args.html):
             raise ValueError(f"--html {args.html!r}: a folder; name the page's file, e.g. {os.path.join(args.html, 'runs.html')}")
-        rundir.check_output("--html", args.html)  # never a run's own file, a file that can be created
+        checks.check_output("--html", args.html)  # never a run's own file, a file that can be created
         if args.out or args.plot or args.paper or args.readouts or args.gates() or args.time:
             raise ValueError("--html writes the page alone: run the tables, plots or readouts without it")
     return args

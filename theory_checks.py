@@ -42,8 +42,11 @@ from halting import log_stop_distribution, make_schedule, per_sample_ce, reinfor
 from model import LoopedTransformer, ModelConfig
 from tasks import IGNORE, PAD, TASKS, get_task, make_batch, task_kwargs, train_batch
 from config import opt
-from lab.cli import parse, run, write_json
-from lab.rundir import check_output, cpu_model, non_finite
+from lab.cli import parse, run
+from lab.files import write_json
+from lab.rundir import cpu_model
+from lab.checks import check_output
+from lab.checkpoint import non_finite
 
 MIN_RL_SAMPLES = 100  # check 3's fewest sampled tau per setting
 RTOL, ATOL = 1e-6, 1e-12  # floating-point tolerance of "lhs <= rhs" (all sums in float64)

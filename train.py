@@ -24,11 +24,12 @@ import time
 
 import torch
 
-from config import Config, RECIPES, build, check_unread, ema_start_step, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
+from config import EMA, Config, RECIPES, build, check_unread, lr_at, paper_preset, recipes_text, seeds_of, stream, trained_depth
 import metrics
 from tasks import curriculum_n_max, eval_set, train_batch
-from lab import records, rundir, runs
-from lab.cli import given, parse, run, write_json
+from lab import checks, rundir
+from lab.cli import given, parse, run
+from lab.files import write_json
 
 
 def parse_args(argv=None) -> Config:
@@ -66,33 +67,10 @@ def train_step(model, schedule, optimizer, batch, gen: torch.Generator, grad_cli
     return {**stats, "grad_norm": gnorm.item()}
 
 
-class EMA:
-    """A weight EMA (Fan et al. 0.9999, TRM 0.999), evaluated instead of the weights at the end: it starts as a copy
-    of the weights after step `start` and then follows every step, theta_ema <- decay theta_ema + (1 - decay) theta,
-    without bias correction (as Fan et al.'s torch_ema with use_num_updates=False and TRM's EMAHelper). It draws no
-    random number and touches no weight: the run trains exactly as without it. weights: {part: {name: tensor}}."""
-
-    def __init__(self, decay: float, start: int, model, schedule, weights: dict = None):
-        self.decay, self.start, self.weights = decay, start, weights
-        self.params = lambda: {"model": dict(model.named_parameters()), "schedule": dict(schedule.named_parameters())}
-
-    def after(self, step: int) -> None:
-        """Call after training step `step` (0: before the first, for an EMA that starts at the initial weights)."""
-        if not self.decay:
-            return
-        if step == self.start:
-            self.weights = {part: {k: p.detach().clone() for k, p in ps.items()} for part, ps in self.params().items()}
-        elif step > self.start:
-            with torch.no_grad():
-                for part, params in self.params().items():
-                    for name, p in params.items():
-                        # theta_ema <- decay * theta_ema + (1 - decay) * theta
-                        self.weights[part][name].mul_(self.decay).add_(p.detach(), alpha=1 - self.decay)
-
-
-def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dict:
-    """Train one seed in run_dir (from the checkpoint `start` when resuming), evaluate, write eval.json."""
-    task, model, schedule = build(cfg)
+def train_run(cfg: Config, run: rundir.Run, device: str) -> dict:
+    """Train one seed, then evaluate it (finish_run: eval.json). `run` is its run directory (lab/rundir.py): where it
+    resumes from, where it logs and saves."""
+    task, model, schedule = build(cfg)  # one seed -> the same initial transformer and batches under every schedule
     model.to(device)
     schedule.to(device)
     if cfg.compile:  # in place: the state_dict keeps its keys (no `_orig_mod.` prefix)
@@ -108,24 +86,17 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
     gens = {k: torch.Generator().manual_seed(stream(s[k], k)) for k in ("data", "depth")}
     T_eval = cfg.T_test if cfg.looped else min(cfg.T_test, trained_depth(cfg))  # the vanilla model has no more blocks
     id_sets = eval_set(task, [n for n in metrics.test_lengths(cfg) if n <= cfg.n_max] or [cfg.n_max], 64, cfg.eval_seed)
-
-    # --- run machinery (lab/): resume, config.json and metrics.jsonl, the log, Ctrl-C ----------------------
-    step, elapsed, sums, saved_ema = rundir.restore(start, run_dir, model, schedule, optimizer, gens) if start else (0, 0.0, {}, None)
     # a weight average is a smoother estimate of the weights than the last step's (Fan et al. evaluate it); off by default
-    ema = EMA(cfg.ema, ema_start_step(cfg), model, schedule, saved_ema)
-    if start:
-        rundir.check_ema(cfg, run_dir, step, ema)  # the checkpoint's EMA weights are this run's
-    else:
+    ema = EMA(cfg, model, schedule)
+    step = run.restore(model, schedule, optimizer, gens, ema)  # 0 for a fresh run; --resume: exactly where it stopped
+    if step == 0:
         ema.after(0)  # --ema_start 0: the EMA starts from the initial weights
-    env, segments = rundir.open_run(cfg, run_dir, step, resumed=bool(start))
-    ckpt_path = os.path.join(run_dir, "ckpt.pt")
-    log = runs.Log(cfg, run_dir, step, elapsed, sums)
 
     def eager():  # with --compile, evaluation runs the uncompiled module
         return torch.compiler.set_stance("force_eager") if cfg.compile else contextlib.nullcontext()
 
     model.train()
-    with rundir.forgotten_if_unsaved(run_dir), runs.guard(ckpt_path, lambda: log.done):
+    with run.training():  # Ctrl-C or a non-finite loss: one line naming the last good checkpoint
         for it in range(step, cfg.max_iters):  # `step` steps are done already: 0, or the checkpoint's on --resume
             # linear warm-up: Adam's moment estimates are noisy over the first steps, and a full learning rate then
             # can throw the weights far; then cosine decay to min_lr at max_iters
@@ -137,28 +108,24 @@ def train_run(cfg: Config, run_dir: str, device: str, start: dict = None) -> dic
             x, y, _, Tn = train_batch(task, cfg.batch_size, cfg.n_min, n_hi, gens["data"])
             stats = train_step(model, schedule, optimizer, (x.to(device), y.to(device), Tn.to(device)),
                                gens["depth"], cfg.grad_clip, autocast)
+            run.add(stats)
+            ema.after(it + 1)
             done = it + 1  # steps finished; the last step always logs, evaluates and checkpoints
             last = done == cfg.max_iters
-            log.add(done, stats)
-            ema.after(done)
             if done % cfg.log_interval == 0 or last:  # a line of the mean stats since the previous one
-                rec = log.record(lr, n_hi)
+                rec = run.line(lr, n_hi)
                 # the policy's ID exact match: a cheap sign that training converges (the full scoring runs once, at
                 # the end), so it runs every eval_interval steps only
                 if done % cfg.eval_interval == 0 or last:
                     with eager():
                         rec["id_acc"] = metrics.policy_id_acc(model, schedule, id_sets, T_eval, cfg.eval_batch_size, device)
                     model.train()
-                log.write(rec)
+                run.write(rec)
             if done % cfg.ckpt_interval == 0 or last:  # --resume continues from here; Ctrl-C loses at most this many
-                with log.paused():  # checkpoint writes are not training time
-                    rundir.save_checkpoint(ckpt_path, {
-                        "model": model.state_dict(), "schedule": schedule.state_dict(), "optimizer": optimizer.state_dict(),
-                        "step": log.done, "elapsed": log.elapsed, "acc_stats": log.sums, "config": dataclasses.asdict(cfg),
-                        "ema": ema.weights, "rng": {**{k: g.get_state() for k, g in gens.items()}, "torch": torch.get_rng_state()}})
-    log.close()
+                run.save(model, schedule, optimizer, gens, ema)
     with eager():
-        return finish_run(cfg, run_dir, model, schedule, task, T_eval, log.elapsed, env, segments, device, ema.weights)
+        return finish_run(cfg, run.dir, model, schedule, task, T_eval, run.elapsed, run.env, run.segments, device,
+                          ema.weights)
 
 
 def finish_run(cfg: Config, run_dir: str, model, schedule, task, T_eval: int, elapsed: float, env: dict, segments: list,
@@ -173,7 +140,7 @@ def finish_run(cfg: Config, run_dir: str, model, schedule, task, T_eval: int, el
     raw = None
     if ema is not None:  # then the EMA weights (the checkpoint keeps both: "model" raw, "ema" averaged)
         raw = score()["metrics"]
-        records.apply_ema(model, schedule, ema)
+        EMA.apply(model, schedule, ema)
     e = score()
     log_path = os.path.join(run_dir, "metrics.jsonl")
     e = {"task": cfg.task, "schedule": cfg.schedule, "seed": cfg.seed, "n_max": cfg.n_max, **e,
@@ -190,10 +157,26 @@ def finish_run(cfg: Config, run_dir: str, model, schedule, task, T_eval: int, el
 
 def main(argv=None) -> None:
     cfg = parse_args(argv)
-    rundir.validate(cfg)
+    checks.validate(cfg)  # every setting, before anything is written: one line naming a bad value
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    runs.sweep(cfg, train_run, finish_run)  # --seeds, torchrun's ranks, --stack: lab/runs.py
+    device = checks.pick_device(cfg.device)
+    if cfg.tf32 and device.startswith("cuda"):  # TF32 inputs for the fp32 matmuls and convolutions
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    if cfg.seeds > 1 or cfg.stack or "WORLD_SIZE" in os.environ:
+        # many seeds, torchrun's ranks or stacked seeds: the lab's driver, imported only here, so that a single run
+        # loads neither it nor the tables and stacked-seed machinery it brings (lab/sweep.py)
+        from lab.sweep import sweep
+        return sweep(cfg, train_run, finish_run)
+    with rundir.single(cfg) as (run_dir, action, start):  # checked, planned, locked, claimed (--overwrite: emptied)
+        if action == "skip":
+            print(f"{run_dir}: finished earlier (eval.json); `python evaluate.py {run_dir}` prints its report")
+            return
+        how = {"resume": f", resumed at step {start and start['step']}", "restart": ", no checkpoint: started from scratch"}
+        print(f"run {run_dir}: task {cfg.task}, schedule {cfg.schedule}, seed {cfg.seed}, device {device}" + how.get(action, ""))
+        cfg = dataclasses.replace(cfg, out_dir=run_dir)
+        e = train_run(cfg, rundir.Run(cfg, run_dir, start), device)
+    print(metrics.format_run({**e, "run_dir": run_dir}))
 
 
 def cli(argv=None) -> int:

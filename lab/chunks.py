@@ -8,8 +8,7 @@ train.py --seeds N --stack S: the N seeds trained S at a time, each chunk of S s
     Chunk.state(s)                  seed s's checkpoint, exactly what train.py's unstacked run writes
     save_checkpoints(paths, cks)    the chunk's checkpoints at one step, committed together (all or none)
     train_chunk(cfgs, dirs, ...)    train.py's train_run for S seeds at once (its finish_run evaluates each)
-    split(cfg, runs, rank, world)   the chunks of a --seeds run that one of torchrun's ranks trains
-    train_chunks(cfg, parts, ...)   those chunks, each seed claimed under the lock runs.sweep holds
+    (lab/sweep.py splits a --seeds run into chunks and claims each seed under the lock it holds)
 
 Stacked seed s is seed s: the same initial weights, batches (its own data generator), depth draws (its
 own depth generator and schedule object), halting-head initialisation and learning rate. One step:
@@ -28,8 +27,6 @@ AdamW is fused with a tensor learning rate; with --compile the loss and the upda
 """
 
 import contextlib
-import dataclasses
-import json
 import os
 import sys
 import time
@@ -41,8 +38,9 @@ from tqdm import tqdm
 from config import build, lr_at, seeds_of, stream, trained_depth
 import metrics
 from tasks import IGNORE, PAD, curriculum_n_max, eval_set, train_batch
-from lab import records, rundir, stack
-from lab.cli import ctrl_c_after, interrupted, log_line, temp_file
+from lab import checkpoint, rundir, stack
+from lab.cli import ctrl_c_after, interrupted, log_line
+from lab.files import temp_file
 
 
 def pad_length(task, cfg) -> int:
@@ -220,11 +218,11 @@ def save_checkpoints(paths: list, cks: list, seeds: list) -> None:
     are renamed; a Ctrl-C during it lands after the last rename. A failure before the renames (a non-finite seed, a
     full disk) leaves every seed at its previous checkpoint, and removes the temp files. Only a kill (SIGKILL, power)
     between two of the renames, microseconds apart, can leave two steps: the resume then trains them as sub-chunks
-    (train_chunks), each seed equal to its run alone up to rounding."""
+    (sweep.train_chunks), each seed equal to its run alone up to rounding."""
     for p, ck, k in zip(paths, cks, seeds):
-        if bad := rundir.non_finite(ck):
-            raise FloatingPointError(f"seed {k}: non-finite weights at step {ck['step']} ({bad}); " + rundir.last_good(p))
-    tmps = []  # cli.temp_file's names (NAME.tmpPID, new files, never a link): a killed writer's are removed (Lock)
+        if bad := checkpoint.non_finite(ck):
+            raise FloatingPointError(f"seed {k}: non-finite weights at step {ck['step']} ({bad}); " + checkpoint.last_good(p))
+    tmps = []  # files.temp_file's names (NAME.tmpPID, new files, never a link): a killed writer's are removed (Lock)
     with ctrl_c_after():
         try:
             for p, ck in zip(paths, cks):
@@ -263,7 +261,7 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
     def stop(bad: list) -> None:  # [(index, message)]: these seeds stop, the others go on
         nonlocal seeds, dirs, ckpts, logs, cfgs, segments
         for s, msg in bad:
-            msg = f"seed {seeds[s]}: {msg}; " + rundir.last_good(ckpts[s])
+            msg = f"seed {seeds[s]}: {msg}; " + checkpoint.last_good(ckpts[s])
             if gone := rundir.forget_unsaved(dirs[s]):  # before its first checkpoint: nothing left that blocks
                 msg += f"; {gone}"
             print(f"train.py: {msg}", file=sys.stderr)
@@ -298,16 +296,14 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
                 elapsed += now - t0
                 n_hi = (curriculum_n_max(it, cfg.curriculum_start, cfg.n_max, cfg.curriculum_every) if cfg.curriculum
                         else cfg.n_max)
-                head = {"step": done, "lr": lr_at(cfg, it), "n_max": n_hi}
-                clock = {"ms_per_step": 1000 * (now - t0) / (done - t0_step), "elapsed_s": elapsed}
+                ms = 1000 * (now - t0) / (done - t0_step)
                 t0, t0_step = now, done
                 for s, means in enumerate(ch.means()):
-                    rec = {**head, **means, **clock}
+                    rec = rundir.log_record(done, lr_at(cfg, it), n_hi, means, ms, elapsed)  # train.py's line
                     if done % cfg.eval_interval == 0 or done == cfg.max_iters:  # the policy's ID exact match
                         model, schedule = ch.twin(s)
                         rec["id_acc"] = metrics.policy_id_acc(model, schedule, id_sets, T_eval, cfg.eval_batch_size, device)
-                    with open(logs[s], "a") as f:
-                        f.write(json.dumps(rec) + "\n")
+                    rundir.append_log(logs[s], rec)
                     (bar.write if not bar.disable else print)(f"seed {seeds[s]} | {log_line(rec)}")
                 t0 = time.time()
             if done % cfg.ckpt_interval == 0 or done == cfg.max_iters:
@@ -316,9 +312,8 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
                 cks = []
                 for s in range(len(seeds)):
                     st = ch.state(s)
-                    cks.append({"model": st["model"], "schedule": st["schedule"], "optimizer": st["optimizer"],
-                                "step": done, "elapsed": elapsed, "acc_stats": st["acc_stats"],
-                                "config": dataclasses.asdict(cfgs[s]), "rng": st["rng"]})
+                    cks.append(checkpoint.state(cfgs[s], done, elapsed, st["acc_stats"], st["model"], st["schedule"],
+                                                st["optimizer"], st["rng"]))  # train.py's checkpoint
                 with ctrl_c_after():  # a Ctrl-C during the writes lands after them, and after `step` names them
                     save_checkpoints(ckpts, cks, seeds)
                     step = done
@@ -333,38 +328,3 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
         evals.append({**finish(c, d, model, schedule, ch.task, T_eval, elapsed, env, segments[s], device), "run_dir": d})
     return evals, failures
 
-
-def split(cfg, runs: list, rank: int, world: int) -> list[list]:
-    """The chunks of `runs` [(seed, run dir)] that rank `rank` of `world` trains: chunks of cfg.stack seeds,
-    chunk i on rank i % world."""
-    return [runs[i:i + cfg.stack] for i in range(0, len(runs), cfg.stack)][rank::world]
-
-
-def train_chunks(cfg, parts: list, rank: int, world: int, device: str, finish) -> tuple[list, list]:
-    """The chunks `parts` (split: this rank's), each seed claimed again (rundir.claim: on --overwrite its old
-    files go here) right before its chunk trains. The caller holds every seed's lock and has planned every seed
-    under it (runs.sweep), so no chunk deletes a run before all of them are known to go ahead. Finished seeds are
-    skipped; within a chunk, seeds resumed from checkpoints at different steps train as sub-chunks. finish: see
-    train_chunk."""
-    evals, failures = [], []
-    for part in parts:
-        todo = {}
-        for k, d in part:
-            run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
-            action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)
-            if action == "skip":
-                print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
-                evals.append({**records.load_eval(d), "run_dir": d})
-            else:
-                todo.setdefault(start["step"] if start else 0, []).append((run_cfg, d, start))
-        for at, group in sorted(todo.items()):
-            print(f"chunk of seeds {', '.join(str(c.seed) for c, _, _ in group)}: task {cfg.task}, schedule "
-                  f"{cfg.schedule}, device {device}" + (f", rank {rank}/{world}" if world > 1 else "")
-                  + (f", resumed at step {at}" if at else "") + (", static" if cfg.static else ""))
-            e, f = train_chunk([c for c, _, _ in group], [d for _, d, _ in group], device,
-                               [s for _, _, s in group] if at else None, finish)
-            evals += e
-            failures += f
-    for e in sorted(evals, key=lambda e: e["seed"]):
-        print(metrics.format_run(e))
-    return evals, failures

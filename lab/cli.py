@@ -1,7 +1,6 @@
 """
-The plumbing shared by every script: a @dataclass of settings becomes the argparse parser, user errors
-become one line and an exit code, files are written atomically (atomic_write) and JSON read safely
-(load_json).
+The plumbing shared by every script: a @dataclass of settings becomes the argparse parser, and user errors
+become one line and an exit code (files are written and read by lab/files.py).
 
     from config import opt   # a dataclass field with its --help text
 
@@ -23,10 +22,8 @@ that returns new *defaults* (argparse `set_defaults`), so a flag given explicitl
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import signal
-import stat
 import sys
 import threading
 import time
@@ -188,86 +185,3 @@ def ctrl_c_after():
     if held:
         raise KeyboardInterrupt
 
-
-def temp_file(path: str) -> tuple:
-    """(an open binary file, its name) for the temp file of an atomic write of `path`: NAME.tmpPID in path's own
-    folder (os.replace is atomic only within one file system), or NAME.tmpPID.N if that name is taken. Created
-    with O_EXCL | O_NOFOLLOW: it is always a new file of ours, never a symlink or a file someone planted there
-    (writing through one would write outside the folder)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    for i in range(100):
-        tmp = f"{path}.tmp{os.getpid()}" + (f".{i}" if i else "")
-        try:
-            return os.fdopen(os.open(tmp, flags, 0o666), "wb"), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{path}: no free temp file name ({path}.tmp{os.getpid()}.N taken up to N = 99)")
-
-
-def atomic_write(path: str, write) -> None:
-    """The one way the project writes a file (checkpoints, config.json, eval.json, tables, README blocks, plots):
-    a new temp file in the same folder (temp_file), fsync, os.replace. A crash or a full disk leaves the old file
-    or the new one, never half, and no temp file; a Ctrl-C during the write takes effect once it is done. A
-    symlink at `path` is replaced by the file (what it pointed to is not written). A failure is an OSError naming
-    the file (cli.run: one line, exit 1)."""
-    with ctrl_c_after():
-        tmp = None
-        try:
-            f, tmp = temp_file(path)
-            with f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as err:  # one line naming the file (and its errno kept for a caller that tests it)
-            failed = OSError(f"cannot write {path} ({err.strerror or err}); the file there, if any, is unchanged")
-            failed.errno = err.errno
-            raise failed from None
-        finally:
-            if tmp is not None and os.path.lexists(tmp):  # a failed write (full disk) leaves no temp file behind
-                os.remove(tmp)
-
-
-def write_json(path: str, obj) -> None:
-    atomic_write(path, lambda f: f.write((json.dumps(obj, indent=1) + "\n").encode()))
-
-
-# the largest JSON file the project reads (eval.json of a long grid is ~1 MB; a metrics line far less)
-MAX_JSON = 64 * 2 ** 20
-
-
-def parse_json(text):
-    """json.loads, with a structure nested deeper than the interpreter's recursion allows (a RecursionError
-    traceback from json) turned into a ValueError like any other malformed text."""
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ValueError("nested too deeply to be a file the project wrote") from None
-
-
-def load_json(path: str):
-    """The one way the project reads a JSON file (eval.json, config.json, choice.json, readouts.json, chaos.json,
-    the results' records): a regular file only (opened without blocking, so a FIFO is refused instead of hanging
-    the reader), at most MAX_JSON bytes, UTF-8, parsed by parse_json. Raises OSError or ValueError (the reason
-    alone: the caller names the file)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file (a folder, a FIFO, a device or a socket): nothing to read")
-        if st.st_size > MAX_JSON:
-            raise ValueError(f"{st.st_size} bytes, more than the {MAX_JSON} a file of the project can hold")
-        data = f.read(MAX_JSON + 1)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError("not UTF-8 text") from None
-    return parse_json(text)
-
-
-def read_json(path: str):
-    """load_json, with any failure as one line naming the file (ValueError)."""
-    try:
-        return load_json(path)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: unreadable ({err})") from None

@@ -25,7 +25,7 @@ import os
 import metrics
 from tasks import eval_set
 from lab import tables
-from lab.cli import atomic_write
+from lab.files import atomic_write
 from lab.records import load_run
 
 SAMPLES = 6  # test samples per length in the sample view, half of them from the hard subset where there is one

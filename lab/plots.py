@@ -12,12 +12,12 @@ Plots of evaluated runs (`python evaluate.py DIR --plot`), PNG files beside the 
 All go into the folder given to `evaluate.py --plot DIR`.
 
 matplotlib is an optional extra: without it, plot_all raises ImportError with the install command and
-nothing else is affected. Of the project it imports only lab/cli.py's atomic write.
+nothing else is affected. Of the project it imports only lab/files.py's atomic write.
 """
 
 import os
 
-from lab.cli import atomic_write
+from lab.files import atomic_write
 
 
 def pyplot():

@@ -14,9 +14,9 @@ import os
 
 import torch
 
-from config import Config, build
-from lab import rundir
-from lab.cli import load_json
+from config import EMA, Config, build, differences
+from lab import checkpoint
+from lab.files import load_json
 
 
 def find_runs(paths: list[str]) -> list[str]:
@@ -172,14 +172,6 @@ def load_eval(run_dir: str) -> dict:
     return e
 
 
-def apply_ema(model, schedule, ema: dict) -> None:
-    """Copy the EMA weights of a checkpoint ({"model": {name: tensor}, "schedule": {...}}) into the parameters."""
-    with torch.no_grad():
-        for part, module in (("model", model), ("schedule", schedule)):
-            for name, p in module.named_parameters():
-                p.copy_(ema[part][name])
-
-
 def load_run(run_dir: str, saved: dict = None):
     """(cfg, task, model, schedule) of a train.py run with its ckpt.pt weights (the EMA weights when the run kept
     them, as train.py evaluated), in eval mode; saved: the config of the run's eval.json, which the checkpoint's
@@ -194,13 +186,13 @@ def load_run(run_dir: str, saved: dict = None):
         model.load_state_dict(ck["model"])
         schedule.load_state_dict(ck["schedule"])
         if ck.get("ema") is not None:
-            apply_ema(model, schedule, ck["ema"])
+            EMA.apply(model, schedule, ck["ema"])
     except Exception as err:
         msg = str(err).strip().splitlines()[0][:120] if str(err).strip() else ""
         raise ValueError(f"{path} is not a usable train.py checkpoint ({type(err).__name__}: {msg})") from None
-    if bad := rundir.non_finite(ck):
+    if bad := checkpoint.non_finite(ck):
         raise ValueError(f"{path} holds non-finite values ({bad}): nothing to read out")
-    if saved is not None and (diff := rundir.differences(saved, Config(**cfg))):
+    if saved is not None and (diff := differences(saved, Config(**cfg))):
         raise ValueError(f"{path} belongs to another run than {run_dir}/eval.json (eval.json has "
                          f"{', '.join(diff).replace('(now', '(ckpt.pt')})")
     if ck.get("step") != cfg["max_iters"]:

@@ -28,7 +28,7 @@ import metrics
 import ntp
 from tasks import TASKS
 from lab import compare, stats
-from lab.cli import atomic_write, read_json
+from lab.files import atomic_write, read_json
 from metrics import fmt
 
 # --perturb replicates of one seed (--perturb_seed J, same EPS) are runs of the same experiment: a row holds them
@@ -197,7 +197,7 @@ def table(groups: dict, paper: bool = False):
 
 def splice(path: str, tag: str, lines: list[str]) -> None:
     """Replace the text between `<!-- tag:begin -->` and `<!-- tag:end -->` of a Markdown file by lines, atomically
-    (cli.atomic_write: a full disk leaves the file as it was, never cut short)."""
+    (files.atomic_write: a full disk leaves the file as it was, never cut short)."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
     begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"

@@ -22,7 +22,8 @@ if __package__ in (None, ""):
     sys.path[0] = ROOT
 
 from lab import compare, records, tables  # noqa: E402
-from lab.cli import run, write_json  # noqa: E402
+from lab.cli import run  # noqa: E402
+from lab.files import write_json
 
 CHAOS = os.path.join(ROOT, "results", "chaos", "dyck")
 CHANGED = os.path.join(ROOT, "results", "against", "dyck", "window-w2")

@@ -69,8 +69,10 @@ if __package__ in (None, ""):  # run as `python results/chaos.py`: the repositor
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import train  # noqa: E402  (its parse_args: the declared command of a slot, recipe included)
+import config
 from lab import records, rundir, stats, tables  # noqa: E402
-from lab.cli import atomic_write, parse_json, run, write_json  # noqa: E402
+from lab.cli import run  # noqa: E402
+from lab.files import atomic_write, parse_json, write_json
 from metrics import fmt  # noqa: E402
 
 CHAOS = os.path.join(ROOT, "results", "chaos")
@@ -133,7 +135,7 @@ def slot(d: str, k: int, fl: str, threads: int = 1):
         return None
     want = train.parse_args(["--task", TASK, "--seed", str(k), "--seeds", "1", "--threads", str(threads),
                              "--out_dir", d] + fl.split())
-    diff = rundir.differences(e["config"], want)
+    diff = config.differences(e["config"], want)
     if e["config"].get("threads") != threads:
         diff.append(f"threads={e['config'].get('threads')!r} (declared {threads})")
     if diff:

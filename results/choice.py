@@ -1,7 +1,7 @@
 """
 results/round2/TASK/choice.json, the rung round two runs at, checked: results/ladder.py writes it once (record),
 results/study.py, results/ladder.py and results/round2.sh read it through here, so one set of rules decides what a
-valid file is. Standard library only (and lab/cli.py's JSON reader, itself standard library only), so that
+valid file is. Standard library only (and lab/files.py's JSON reader, itself standard library only), so that
 round2.sh can run it before anything else.
 
     python results/choice.py TASK     # FIRST SEEDS FLAGS, then ROW DIR per reused row; a bad file: one line, exit 2
@@ -16,7 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):  # run as `python results/choice.py`: the repository is the import root
     sys.path[0] = ROOT
 
-from lab.cli import load_json, run  # noqa: E402  (load_json: a regular file only, a FIFO named choice.json would hang)
+from lab.cli import run  # noqa: E402  (load_json: a regular file only, a FIFO named choice.json would hang)
+from lab.files import load_json
 # each key's type; the values results/ladder.py's rule can write (ladder.py: RUNGS, SEEDS; tests check they agree)
 KEYS = {"task": str, "rung": str, "first": int, "seeds": int, "why": str, "flags": str, "reuse": dict, "chosen_from": str}
 RUNGS = ("r1", "r2", "r3", "rE", "rH")

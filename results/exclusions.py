@@ -40,7 +40,8 @@ if __package__ in (None, ""):  # run as `python results/exclusions.py`: the repo
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from lab import stats, tables  # noqa: E402
-from lab.cli import no_arguments, parse_json, read_json, run, write_json  # noqa: E402
+from lab.cli import no_arguments, run  # noqa: E402
+from lab.files import parse_json, read_json, write_json
 from results import ladder, study  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -40,7 +40,8 @@ if __package__ in (None, ""):  # run as `python results/findings.py`: the reposi
 
 import config  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
-from lab.cli import atomic_write, read_json, run, write_json  # noqa: E402
+from lab.cli import run  # noqa: E402
+from lab.files import atomic_write, read_json, write_json
 from metrics import fmt  # noqa: E402
 from results import chaos  # noqa: E402
 

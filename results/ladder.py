@@ -65,7 +65,8 @@ if __package__ in (None, ""):  # run as `python results/ladder.py`: the reposito
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from lab import stats, tables  # noqa: E402
-from lab.cli import atomic_write, no_arguments, run, write_json  # noqa: E402
+from lab.cli import no_arguments, run  # noqa: E402
+from lab.files import atomic_write, write_json
 from results import study  # noqa: E402
 
 LADDER = os.path.join(ROOT, "results", "ladder")

@@ -17,7 +17,8 @@ if __package__ in (None, ""):  # run as `python results/recipes.py`: the reposit
 import config  # noqa: E402
 import metrics  # noqa: E402
 from lab import records, tables  # noqa: E402
-from lab.cli import atomic_write, no_arguments, parse_json, run  # noqa: E402
+from lab.cli import no_arguments, run  # noqa: E402
+from lab.files import atomic_write, parse_json
 
 
 DIR = os.path.join(ROOT, "results", "recipes")

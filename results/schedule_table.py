@@ -18,7 +18,8 @@ from halting import SCHEDULES  # noqa: E402
 import train  # noqa: E402
 from lab import rundir  # noqa: E402
 from config import opt  # noqa: E402
-from lab.cli import parse, run, write_json  # noqa: E402
+from lab.cli import parse, run  # noqa: E402
+from lab.files import write_json
 
 
 @dataclass

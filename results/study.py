@@ -39,7 +39,8 @@ from config import Config  # noqa: E402
 import metrics  # noqa: E402
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
-from lab.cli import atomic_write, no_arguments, run  # noqa: E402
+from lab.cli import no_arguments, run  # noqa: E402
+from lab.files import atomic_write
 from results import choice  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")

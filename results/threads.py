@@ -14,7 +14,8 @@ if __package__ in (None, ""):  # run as `python results/threads.py`: the reposit
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from lab import tables  # noqa: E402
-from lab.cli import no_arguments, run, write_json  # noqa: E402
+from lab.cli import no_arguments, run  # noqa: E402
+from lab.files import write_json
 from results import study  # noqa: E402
 
 DIR = os.path.join(ROOT, "results", "threads")

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -37,14 +38,14 @@ def batch(B=6, T=5, V=5):
 
 def test_ema_of_a_known_sequence_by_hand():
     model, head = torch.nn.Linear(1, 1, bias=False), torch.nn.Module()
-    ema = train.EMA(0.5, 1, model, head)
+    ema = config.EMA(SimpleNamespace(ema=0.5, ema_start=1), model, head)
     with torch.no_grad():
         for step, v in enumerate((9.0, 1.0, 2.0, 4.0)):
             model.weight.fill_(v)
             ema.after(step)  # step 0: before the start (nothing); step 1: the copy; then it follows
     # 1 -> 0.5 * 1 + 0.5 * 2 = 1.5 -> 0.5 * 1.5 + 0.5 * 4 = 2.75
     assert abs(ema.weights["model"]["weight"].item() - 2.75) < 1e-6
-    assert train.EMA(0.0, 0, model, head).weights is None  # --ema 0: off
+    assert config.EMA(SimpleNamespace(ema=0.0, ema_start=0), model, head).weights is None  # --ema 0: off
 
 
 def test_ema_start_is_the_curriculums_end():

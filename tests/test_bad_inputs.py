@@ -19,7 +19,8 @@ import bench
 import evaluate
 import theory_checks
 import train
-from lab.cli import atomic_write, run
+from lab.cli import run
+from lab.files import atomic_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8",
@@ -289,7 +290,7 @@ def test_4_sweep_resume_with_another_task_is_refused(tmp_path):
 def test_5_a_second_process_on_the_same_run_directory_stops(base, tmp_path, capsys):
     d = copy_run(base, tmp_path / "run")
     os.remove(d / "eval.json")  # an unfinished run that --resume would continue
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom lab import rundir\nwith rundir.Lock(sys.argv[1]):\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom lab import files\nwith files.Lock(sys.argv[1]):\n"
                                "    print('held', flush=True); time.sleep(60)", str(d)], cwd=ROOT, stdout=subprocess.PIPE,
                               text=True)
     try:

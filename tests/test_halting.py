@@ -380,6 +380,7 @@ def test_make_schedule_checks_every_argument_on_entry():
 @pytest.mark.slow
 def test_rl_learns_dyck(tmp_path):
     import train
+    from lab import rundir
     cfg = train.parse_args(["--task", "dyck", "--schedule", "rl", "--max_iters", "500", "--d_model", "32",
                             "--n_layer", "2", "--lr", "1e-3", "--warmup_iters", "50", "--T_max", "10",
                             "--T_test", "10", "--n_max", "10", "--test_lengths", "4,7,10", "--eval_samples", "64",
@@ -387,7 +388,7 @@ def test_rl_learns_dyck(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: one thread is as fast, and far faster on a shared CPU
     try:
-        train.train_run(cfg, str(tmp_path), "cpu")
+        train.train_run(cfg, rundir.Run(cfg, str(tmp_path)), "cpu")
     finally:
         torch.set_num_threads(threads)
     e = json.loads((tmp_path / "eval.json").read_text())

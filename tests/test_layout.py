@@ -2,7 +2,10 @@
 imports run one way (no circle), and the copy-alone files import nothing from the project."""
 
 import ast
+import json
 import os
+import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COPY_ALONE = {"model", "halting", "tasks", "readouts", "ntp"}
@@ -10,10 +13,10 @@ CONCEPT = COPY_ALONE | {"metrics", "config"}
 COMMANDS = {"train", "evaluate", "theory_checks", "bench"}
 # the floors, bottom first: a module may import only from its own floor's predecessors; config (and its field
 # helper opt) sits below the whole of lab/, which reads the settings it defines
-FLOORS = [COPY_ALONE, {"metrics"}, {"config"}, {"lab.cli"},
-          {"lab.stats", "lab.plots", "lab.stack"}, {"lab.compare"}, {"lab.rundir", "lab.tables"}, {"lab.records"},
-          {"lab.chunks", "lab.explorer"},
-          {"lab.runs"}, COMMANDS - {"bench"}, {"bench"}]
+FLOORS = [COPY_ALONE, {"metrics"}, {"config"}, {"lab.cli"}, {"lab.files"},
+          {"lab.stats", "lab.plots", "lab.stack", "lab.checkpoint", "lab.checks"}, {"lab.compare", "lab.rundir"},
+          {"lab.tables", "lab.records"}, {"lab.chunks", "lab.explorer"},
+          {"lab.sweep"}, COMMANDS - {"bench"}, {"bench"}]
 
 
 def modules() -> dict:
@@ -62,6 +65,8 @@ def test_the_concept_files_import_nothing_from_the_lab():
 def test_the_copy_alone_files_import_no_project_file_at_their_top():
     for m in COPY_ALONE:
         assert imports(modules()[m]) == set(), m
-    # the imports inside a function: ntp.build's model.py and its demo's tasks.py, so that ntp's schedules copy alone
+    # the imports inside a function: ntp.build's model.py and its demo's tasks.py, so that ntp's schedules copy alone;
+    # and train.py's sweep, imported only for --seeds, --stack or torchrun, so that a single run does not load it
     inner = {m: imports(p, top_level=False) - imports(p) for m, p in modules().items()}
-    assert {m: d for m, d in inner.items() if d} == {"ntp": {"model", "tasks"}}
+    assert {m: d for m, d in inner.items() if d} == {"ntp": {"model", "tasks"}, "train": {"lab.sweep"}}
+

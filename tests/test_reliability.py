@@ -29,8 +29,8 @@ def eval_numbers(path):
 
 KILL_IN_SAVE = """
 import os, signal, sys, train
-from lab import rundir
-real = rundir.atomic_write
+from lab import checkpoint
+real = checkpoint.atomic_write
 def dying(path, write):  # SIGKILL in the middle of the 2nd checkpoint write, temp file half written
     if path.endswith("ckpt.pt") and os.environ.get("SAVES", "0") == "1":
         tmp = path + ".tmp" + str(os.getpid())
@@ -39,7 +39,7 @@ def dying(path, write):  # SIGKILL in the middle of the 2nd checkpoint write, te
     if path.endswith("ckpt.pt"):
         os.environ["SAVES"] = str(int(os.environ.get("SAVES", "0")) + 1)
     return real(path, write)
-rundir.atomic_write = dying
+checkpoint.atomic_write = dying
 sys.exit(train.cli(sys.argv[1:]))
 """
 

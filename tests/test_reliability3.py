@@ -16,7 +16,7 @@ import torch
 import evaluate
 import theory_checks
 import train
-from lab import records, rundir
+from lab import checkpoint, checks, files, records, rundir
 from lab.cli import run
 
 from test_bad_inputs import ROOT, TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)
@@ -47,7 +47,7 @@ def test_data_loss_a_lock_removes_only_the_projects_own_temp_files(tmp_path):
     d.mkdir()
     (d / "thesis.tmp1").write_text("a user's own file")
     (d / "ckpt.pt.tmp99999999").write_bytes(b"half")  # a writer killed mid-write (no such pid)
-    with rundir.Lock(str(d)):
+    with files.Lock(str(d)):
         pass
     assert (d / "thesis.tmp1").read_text() == "a user's own file"
     assert not (d / "ckpt.pt.tmp99999999").exists()
@@ -59,8 +59,8 @@ def test_data_loss_b_a_sweep_plans_each_seed_again_under_its_lock(base, tmp_path
 
     filled = {}
 
-    def meanwhile(cfg, run_dir, device, start=None):  # while seed 0 trains, another process fills seed 1
-        e = real(cfg, run_dir, device, start)
+    def meanwhile(cfg, run, device):  # while seed 0 trains, another process fills seed 1
+        e = real(cfg, run, device)
         if not filled:
             filled.update(snapshot(copy_run(base, d / "seed1", seed=1)))
         return e
@@ -75,15 +75,15 @@ def test_data_loss_b_a_sweep_plans_each_seed_again_under_its_lock(base, tmp_path
 
 def test_data_loss_c_two_locks_on_one_run_directory_never_both_hold(tmp_path):
     d = str(tmp_path / "run")
-    with rundir.Lock(d):  # the old lock took over a .lock naming its own pid: two holders
+    with files.Lock(d):  # the old lock took over a .lock naming its own pid: two holders
         with pytest.raises(ValueError, match="in use by process"):
-            rundir.Lock(d).__enter__()
+            files.Lock(d).__enter__()
 
 
 def test_data_loss_c_the_lock_names_host_and_pid_and_is_released_by_the_os(tmp_path, capsys):
     d = tmp_path / "run"
     d.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom lab import rundir\nwith rundir.Lock(sys.argv[1]):\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom lab import files\nwith files.Lock(sys.argv[1]):\n"
                                "    print('held', flush=True); time.sleep(60)", str(d)], cwd=ROOT, stdout=subprocess.PIPE,
                               text=True)
     try:
@@ -95,7 +95,7 @@ def test_data_loss_c_the_lock_names_host_and_pid_and_is_released_by_the_os(tmp_p
         holder.send_signal(signal.SIGKILL)  # killed: its .lock stays behind, but the OS lock is gone
         holder.wait()
     assert (d / ".lock").exists()
-    with rundir.Lock(str(d)):
+    with files.Lock(str(d)):
         assert (d / ".lock").read_text().startswith(f"process {os.getpid()} ")
 
 
@@ -103,7 +103,7 @@ def test_data_loss_c_a_stale_lock_naming_a_live_pid_is_taken_over_and_exit_remov
     d = tmp_path / "run"
     d.mkdir()
     (d / ".lock").write_text(str(os.getppid()))  # the pid of a live process that holds no lock (pid reuse)
-    lock = rundir.Lock(str(d)).__enter__()
+    lock = files.Lock(str(d)).__enter__()
     os.remove(d / ".lock")
     (d / ".lock").write_text("process 1 on elsewhere")  # someone else's lock now
     lock.__exit__(None, None, None)
@@ -191,8 +191,8 @@ def test_wrong_d_a_non_finite_checkpoint_is_not_resumed_nor_called_good(base, tm
         before = snapshot(d)
         err = one_line(capsys, train.cli(TINY + ["--resume", "--out_dir", str(d)]))
         assert "non-finite values" in err and where in err and snapshot(d) == before
-        assert "last good" not in rundir.last_good(str(d / "ckpt.pt"))
-        assert "none is good" in rundir.last_good(str(d / "ckpt.pt"))
+        assert "last good" not in checkpoint.last_good(str(d / "ckpt.pt"))
+        assert "none is good" in checkpoint.last_good(str(d / "ckpt.pt"))
 
 
 def test_wrong_d_e_readouts_refuse_a_non_finite_or_foreign_checkpoint(base, tmp_path, capsys):
@@ -266,7 +266,7 @@ def test_tracebacks_values_that_pass_validation_and_crash_later(tmp_path, capsys
                        (["--eval_samples", "100000000"], "--eval_samples 100000000")):
         cfg = train.parse_args(TINY + ["--out_dir", str(tmp_path / "r")] + argv)
         with pytest.raises(ValueError, match=word):
-            rundir.validate(cfg)  # refused before a step is trained, not in the final evaluation
+            checks.validate(cfg)  # refused before a step is trained, not in the final evaluation
     code = run(theory_checks.command, "theory_checks.py", ["--checks", "2b", "--w", "0", "--steps", "0", "--seeds", "1"])
     assert "--w 0" in one_line(capsys, code)
     assert not os.path.exists(tmp_path / "r")
@@ -285,12 +285,12 @@ def test_tracebacks_an_eval_json_missing_any_key_reading_needs(base, tmp_path, c
 
 
 def test_tracebacks_ctrl_c_during_start_up_and_pressed_twice(tmp_path, monkeypatch, capsys):
-    real_validate = rundir.validate
-    monkeypatch.setattr(rundir, "validate", lambda cfg: (_ for _ in ()).throw(KeyboardInterrupt))
+    real_validate = checks.validate
+    monkeypatch.setattr(checks, "validate", lambda cfg: (_ for _ in ()).throw(KeyboardInterrupt))
     err = one_line(capsys, train.cli(TINY + ["--out_dir", str(tmp_path / "a")]), 130)
     assert err.strip() == "train.py: interrupted"
-    monkeypatch.setattr(rundir, "validate", real_validate)
-    real_batch, real_good, calls = train.train_batch, rundir.last_good, {"n": 0}
+    monkeypatch.setattr(checks, "validate", real_validate)
+    real_batch, real_good, calls = train.train_batch, checkpoint.last_good, {"n": 0}
 
     def interrupted(*a):
         calls["n"] += 1
@@ -304,7 +304,7 @@ def test_tracebacks_ctrl_c_during_start_up_and_pressed_twice(tmp_path, monkeypat
         return real_good(path)
 
     monkeypatch.setattr(train, "train_batch", interrupted)
-    monkeypatch.setattr(rundir, "last_good", second_ctrl_c)
+    monkeypatch.setattr(checkpoint, "last_good", second_ctrl_c)
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         err = one_line(capsys, train.cli(TINY + ["--out_dir", str(tmp_path / "b")]), 130)
@@ -352,9 +352,9 @@ def test_unclear_the_memory_check_does_not_refuse_a_run_of_a_few_mb(tmp_path):
              "--out_dir", str(tmp_path / "r")]
     for extra in (["--test_lengths", "5,19,3000", "--T_test", "30"],
                   ["--T_max", "100000", "--T_test", "100000", "--bptt_k", "1"]):
-        rundir.validate(train.parse_args(small + extra))  # no ValueError
+        checks.validate(train.parse_args(small + extra))  # no ValueError
     with pytest.raises(ValueError, match="GiB"):  # the check itself still refuses what cannot fit
-        rundir.validate(train.parse_args(small + ["--T_max", "100000", "--T_test", "100000", "--batch_size", "100000"]))
+        checks.validate(train.parse_args(small + ["--T_max", "100000", "--T_test", "100000", "--batch_size", "100000"]))
 
 
 def test_unclear_a_diverged_run_says_so(tmp_path, capsys):

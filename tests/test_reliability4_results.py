@@ -58,7 +58,7 @@ def scripts(tmp_path, *names):
     for name in names:
         shutil.copy(os.path.join(ROOT, "results", name), tmp_path / "results" / name)
     (tmp_path / "lab").mkdir()
-    for name in ("__init__.py", "cli.py"):  # results/choice.py reads choice.json with lab/cli.py's JSON reader
+    for name in ("__init__.py", "cli.py", "files.py"):  # results/choice.py reads choice.json with lab/files.py's JSON reader
         shutil.copy(os.path.join(ROOT, "lab", name), tmp_path / "lab" / name)
     return tmp_path
 

@@ -13,7 +13,6 @@
     8  --compile without a working C++ compiler is refused up front
 """
 
-import dataclasses
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ import pytest
 import torch
 
 import train
-from lab import rundir
+from lab import checks, files, rundir
 
 from test_bad_inputs import TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)
 
@@ -76,14 +75,14 @@ def ema_run(tmp_path_factory):
 
 def test_1_an_ema_that_would_start_after_the_last_step_is_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"start after step 850 .*--max_iters 800"):  # dyck's defaults
-        rundir.validate(train.parse_args(["--curriculum", "--ema", "0.999"]))
+        checks.validate(train.parse_args(["--curriculum", "--ema", "0.999"]))
     for extra, word in ((["--curriculum", "--ema", "0.999"], "(19 - 2) * 50"), (["--ema", "0.9", "--ema_start", "11"],
                                                                                  "--ema_start 11")):
         d = tmp_path / "r"
         err = one_line(capsys, call(TINY + extra + ["--out_dir", str(d)]))
         assert "--ema" in err and word in err and "--max_iters 10" in err and not d.exists(), err
     for ok in (["--ema", "0.9", "--ema_start", "10"], ["--ema_start", "11"]):  # the last step; no EMA at all
-        rundir.validate(train.parse_args(TINY + ok))
+        checks.validate(train.parse_args(TINY + ok))
 
 
 # --- 2 ----------------------------------------------------------------------------------------------------
@@ -153,7 +152,7 @@ def test_4_loss_weights_that_overflow_are_refused_up_front(tmp_path, capsys):
         err = one_line(capsys, call(TINY + ["--schedule", schedule, f"--{flag}", value, "--out_dir", str(d)]))
         said = f"--{flag} {float(value)}" in err or f"--{flag}={float(value)}" in err
         assert said and why in err and not d.exists(), err
-    rundir.validate(train.parse_args(TINY + ["--schedule", "act", "--tau_act", "1e6"]))  # the bound itself
+    checks.validate(train.parse_args(TINY + ["--schedule", "act", "--tau_act", "1e6"]))  # the bound itself
 
 
 def test_4_a_run_stopped_before_its_first_checkpoint_leaves_nothing_that_blocks(tmp_path, monkeypatch, capsys):
@@ -162,7 +161,7 @@ def test_4_a_run_stopped_before_its_first_checkpoint_leaves_nothing_that_blocks(
     d = tmp_path / "run"
     err = one_line(capsys, call(TINY + ["--out_dir", str(d)]), 1)
     assert "non-finite loss nan at step 2" in err and "no checkpoint was written yet" in err and "removed" in err
-    assert not [f for f in os.listdir(d) if f in rundir.RUN_FILES], os.listdir(d)
+    assert not [f for f in os.listdir(d) if f in files.RUN_FILES], os.listdir(d)
     assert rundir.plan(train.parse_args(TINY + ["--out_dir", str(d)]), str(d)) == ("fresh", None)  # no --overwrite
     # after a checkpoint there is something to resume: the run's files stay
     monkeypatch.setattr(train, "lr_at", lambda cfg, it: float("nan") if it == 6 else real(cfg, it))
@@ -206,15 +205,15 @@ def test_5_a_non_utf8_metrics_jsonl_is_named_before_config_json_is_rewritten(bas
 # --- 6 ----------------------------------------------------------------------------------------------------
 
 def test_6_the_memory_check_counts_eval_samples_and_stacked_seeds(monkeypatch):
-    monkeypatch.setattr(rundir, "total_memory", lambda device: 16 * 2 ** 30, raising=False)  # on any machine
+    monkeypatch.setattr(checks, "total_memory", lambda device: 16 * 2 ** 30, raising=False)  # on any machine
     # no evaluation batch holds more than eval_samples samples (the in-distribution check: 64)
-    rundir.validate(train.parse_args(TINY + ["--eval_batch_size", "1000000"]))
+    checks.validate(train.parse_args(TINY + ["--eval_batch_size", "1000000"]))
     # a stacked step trains min(stack, seeds) seeds: 64 x 256 samples is refused as 16384 unstacked is
     with pytest.raises(ValueError, match="GiB"):
-        rundir.validate(train.parse_args(["--batch_size", str(64 * 256)]))
+        checks.validate(train.parse_args(["--batch_size", str(64 * 256)]))
     with pytest.raises(ValueError, match=r"--stack 64 \(64 seeds a step\).*GiB"):
-        rundir.validate(train.parse_args(["--seeds", "64", "--stack", "64", "--batch_size", "256"]))
-    rundir.validate(train.parse_args(["--seeds", "2", "--stack", "64", "--batch_size", "256"]))  # 2 seeds a step
+        checks.validate(train.parse_args(["--seeds", "64", "--stack", "64", "--batch_size", "256"]))
+    checks.validate(train.parse_args(["--seeds", "2", "--stack", "64", "--batch_size", "256"]))  # 2 seeds a step
 
 
 # --- 7 ----------------------------------------------------------------------------------------------------
@@ -240,4 +239,4 @@ def test_8_compile_without_a_working_cxx_compiler_is_refused_up_front(tmp_path, 
         assert "--compile" in err and "C++ compiler" in err and "no-such-c++" in err and not d.exists(), err
     if shutil.which("g++"):  # a compiler that answers is found
         monkeypatch.setattr(inductor.cpp, "cxx", (None, "g++"))
-        assert rundir.cxx_compiler() == shutil.which("g++")
+        assert checks.cxx_compiler() == shutil.which("g++")

@@ -20,7 +20,7 @@ import torch
 
 import bench
 import train
-from lab import chunks, cli, runs
+from lab import chunks, cli, sweep
 from test_bad_inputs import snapshot  # every file under a folder with its bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +51,7 @@ def sigint():
 
 def hold(d):
     """Another process holding run directory d's lock."""
-    p = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom lab import rundir\nwith rundir.Lock(sys.argv[1]):\n"
+    p = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom lab import files\nwith files.Lock(sys.argv[1]):\n"
                           "    print('held', flush=True); time.sleep(120)", str(d)], cwd=ROOT, stdout=subprocess.PIPE,
                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.stdout.readline().strip() == "held"
@@ -89,10 +89,10 @@ def test_1_under_torchrun_a_seed_locked_on_another_rank_stops_every_rank_first(t
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
-    monkeypatch.setattr(runs.dist, "init_process_group", lambda *a, **k: None)
-    monkeypatch.setattr(runs.dist, "get_rank", lambda: 0)
-    monkeypatch.setattr(runs.dist, "all_gather_object", gather)
-    monkeypatch.setattr(runs.dist, "destroy_process_group", lambda: None)
+    monkeypatch.setattr(sweep.dist, "init_process_group", lambda *a, **k: None)
+    monkeypatch.setattr(sweep.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(sweep.dist, "all_gather_object", gather)
+    monkeypatch.setattr(sweep.dist, "destroy_process_group", lambda: None)
     err = one_line(capsys, train.cli(argv + ["--overwrite"]), 2)
     assert "process 4242" in err, err
     assert snapshot(d) == before
@@ -183,9 +183,9 @@ def test_4_a_rank_waiting_for_the_others_does_not_time_out(monkeypatch):
     got = {}
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    monkeypatch.setattr(runs.dist, "init_process_group", lambda backend, **kw: got.update(backend=backend, **kw))
-    monkeypatch.setattr(runs.dist, "get_rank", lambda: 1)
-    assert runs.init_distributed("cpu") == (1, 2, "cpu")
+    monkeypatch.setattr(sweep.dist, "init_process_group", lambda backend, **kw: got.update(backend=backend, **kw))
+    monkeypatch.setattr(sweep.dist, "get_rank", lambda: 1)
+    assert sweep.init_distributed("cpu") == (1, 2, "cpu")
     assert got["backend"] == "gloo" and got.get("timeout", datetime.timedelta(0)) >= datetime.timedelta(days=100), got
 
 

@@ -32,7 +32,7 @@ import config
 import evaluate
 import theory_checks
 import train
-from lab import cli, rundir, tables
+from lab import checkpoint, checks, cli, files, tables
 from results import chaos, choice, exclusions
 
 from test_bad_inputs import TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)
@@ -98,7 +98,7 @@ def test_d6_a_full_disk_leaves_results_readme_whole(tmp_path):
 
 def test_d6_every_writer_goes_through_the_one_atomic_write():
     """No file of lab/, results/*.py, theory_checks.py, bench.py or evaluate.py opens a file for writing, or saves a
-    figure to a path, except cli.temp_file (atomic_write's temp file); appending to metrics.jsonl is a log."""
+    figure to a path, except files.temp_file (atomic_write's temp file); appending to metrics.jsonl is a log."""
     files = [os.path.join("lab", f) for f in os.listdir(os.path.join(ROOT, "lab")) if f.endswith(".py")]
     files += [os.path.join("results", f) for f in os.listdir(os.path.join(ROOT, "results")) if f.endswith(".py")]
     files += ["theory_checks.py", "bench.py", "evaluate.py"]
@@ -133,7 +133,7 @@ def test_d7_a_planted_temp_file_link_is_not_written_through(tmp_path):
     victim.write_text("years of work\n")
     out = tmp_path / "table.md"
     os.symlink(victim, f"{out}.tmp{os.getpid()}")  # the temp name atomic_write would use
-    cli.atomic_write(str(out), lambda f: f.write(b"the table\n"))
+    files.atomic_write(str(out), lambda f: f.write(b"the table\n"))
     assert victim.read_text() == "years of work\n"
     assert out.read_text() == "the table\n" and not out.is_symlink()
 
@@ -155,11 +155,11 @@ def test_s16_a_perturbation_below_float32_resolution_is_refused(tmp_path, capsys
     d = tmp_path / "x"
     err = one_line(capsys, call(train.cli, TINY + ["--perturb", "1e-9", "--perturb_seed", "1", "--out_dir", str(d)]))
     assert "--perturb 1e-09" in err and "5.96e-08" in err and not d.exists()
-    assert rundir.MIN_PERTURB == 2.0 ** -24
+    assert checks.MIN_PERTURB == 2.0 ** -24
     cfg = train.parse_args(TINY + ["--perturb", "1e-9", "--perturb_seed", "1"])  # past validation: build refuses too
     with pytest.raises(ValueError, match="changed no weight"):
         config.build(cfg)
-    config.build(dataclasses.replace(cfg, perturb=rundir.MIN_PERTURB))  # the smallest allowed eps moves weights
+    config.build(dataclasses.replace(cfg, perturb=checks.MIN_PERTURB))  # the smallest allowed eps moves weights
 
 
 def fake(seed, eps, j, ood):
@@ -224,7 +224,7 @@ def nan_ema(src, d, step=None):
 
 
 def test_s20_nan_ema_weights_are_refused_by_resume_and_readouts(ema_run, tmp_path, capsys):
-    assert rundir.non_finite({"ema": {"model": {"w": torch.tensor([float("nan")])}}}) == "ema model w"
+    assert checkpoint.non_finite({"ema": {"model": {"w": torch.tensor([float("nan")])}}}) == "ema model w"
     d = nan_ema(ema_run, tmp_path / "resume", step=5)
     before = snapshot(d)
     err = one_line(capsys, call(train.cli, TINY + EMA + ["--resume", "--out_dir", str(d)]))
@@ -268,7 +268,7 @@ def test_t19_deeply_nested_config_metrics_line_and_choice_are_one_line(base, tmp
     with pytest.raises(ValueError, match="choice.json"):
         choice.read(str(p), "dyck")
     with pytest.raises(ValueError, match="too deeply"):
-        cli.parse_json(DEEP)
+        files.parse_json(DEEP)
 
 
 def test_h2_a_fifo_named_choice_json_is_refused_not_read(tmp_path):
@@ -279,7 +279,7 @@ def test_h2_a_fifo_named_choice_json_is_refused_not_read(tmp_path):
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
     assert "choice.json" in command_line(proc) and "regular file" in proc.stderr
     with pytest.raises(ValueError, match="regular file"):
-        cli.load_json(str(folder / "choice.json"))
+        files.load_json(str(folder / "choice.json"))
 
 
 def test_h2_round2_sh_list_refuses_a_fifo_named_choice_json(tmp_path):
@@ -363,10 +363,10 @@ def test_u17_readouts_on_a_run_and_its_copy_are_refused_before_any_readout(base,
 def test_u18_a_diverged_seed_stops_alone_and_is_named(tmp_path, monkeypatch, capsys):
     real = train.train_run
 
-    def diverging(cfg, d, device, start):
+    def diverging(cfg, run, device):
         if cfg.seed == 1:
             raise FloatingPointError("non-finite loss at step 3; no checkpoint was written yet")
-        return real(cfg, d, device, start)
+        return real(cfg, run, device)
     monkeypatch.setattr(train, "train_run", diverging)
     code = call(train.cli, TINY + ["--seeds", "3", "--out_dir", str(tmp_path / "sweep2")])
     err = capsys.readouterr().err
@@ -380,7 +380,7 @@ def test_u19_bench_refuses_to_measure_nothing_and_plot_needs_a_real_folder(base,
         bench.parse_args(["--only_stack", "--stacks", ""])
     err = one_line(capsys, call(evaluate.cli, [str(base), "--plot", "/proc/x"]))
     assert "--plot" in err and "/proc" in err
-    assert rundir.creatable(str(tmp_path)) and os.listdir(tmp_path) == []  # the probe leaves nothing behind
+    assert checks.creatable(str(tmp_path)) and os.listdir(tmp_path) == []  # the probe leaves nothing behind
 
 
 # --- S21: readouts.json is tied to the weights it read ----------------------------------------------------

@@ -6,6 +6,7 @@ import torch
 import config
 from halting import SCHEDULES
 import train
+from lab import rundir
 
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
         "--n_max", "6"]  # fixed's c: 0, i.e. T_max = 6 (a --c would be refused for the schedules that do not read it)
@@ -57,7 +58,8 @@ def test_vanilla_baseline_has_only_the_trained_depth(tmp_path):
     assert len(config.build(train.parse_args(TINY + ["--no-looped"]))[1].blocks) == 6  # window: up to T_max
     args = TINY + ["--no-looped", "--schedule", "fixed", "--c", "4", "--max_iters", "2", "--eval_samples", "4",
                    "--test_lengths", "3,8", "--out_dir", str(tmp_path)]
-    e = train.train_run(train.parse_args(args), str(tmp_path), "cpu")
+    cfg = train.parse_args(args)
+    e = train.train_run(cfg, rundir.Run(cfg, str(tmp_path)), "cpu")
     assert e["K"] == [1, 2, 3, 4] and all(len(a) == 4 for a in e["acc"])  # no untrained depth in the oracle
 
 
@@ -65,6 +67,7 @@ def test_rl_logs_the_task_loss_and_the_halting_loss_apart(tmp_path):
     import json
     args = TINY + ["--schedule", "rl", "--max_iters", "4", "--log_interval", "2", "--eval_samples", "4",
                    "--test_lengths", "3,8", "--out_dir", str(tmp_path)]
-    train.train_run(train.parse_args(args), str(tmp_path), "cpu")
+    cfg = train.parse_args(args)
+    train.train_run(cfg, rundir.Run(cfg, str(tmp_path)), "cpu")
     recs = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
     assert all(r["loss"] > 0 and "halt_loss" in r for r in recs)  # CE is positive; the surrogate may not be

@@ -14,7 +14,7 @@ import torch
 import config
 from tasks import train_batch
 import train
-from lab import chunks, rundir, stack
+from lab import chunks, files, stack
 
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
         "--n_max", "6",  # fixed's c: 0, i.e. T_max = 6
@@ -183,7 +183,7 @@ def test_a_seed_stopped_before_its_first_checkpoint_leaves_nothing_that_blocks(t
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "seed 1: non-finite loss nan at step 3; no checkpoint was written yet" in err and "removed" in err, err
     d = tmp_path / "s" / "seed1"
-    assert not [f for f in os.listdir(d) if f in rundir.RUN_FILES], os.listdir(d)
+    assert not [f for f in os.listdir(d) if f in files.RUN_FILES], os.listdir(d)
     for k in (0, 2):  # the others finished, their files kept
         assert {"config.json", "metrics.jsonl", "ckpt.pt", "eval.json"} <= set(os.listdir(tmp_path / "s" / f"seed{k}"))
 

@@ -23,8 +23,9 @@ import torch  # noqa: E402
 
 import train  # noqa: E402
 from config import build  # noqa: E402
-from lab import rundir, stack  # noqa: E402
-from lab.cli import run, write_json  # noqa: E402
+from lab import checks, rundir, stack  # noqa: E402
+from lab.cli import run  # noqa: E402
+from lab.files import write_json
 from tasks import IGNORE, PAD, train_batch  # noqa: E402
 
 
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
     if len(argv) not in (1, 3) or not os.path.isfile(os.path.join(argv[0], "stack.py")):
         raise ValueError("usage: python results/checks/layout_bench.py OLD_CHECKOUT [--json PATH]")
     if len(argv) == 3:
-        rundir.check_output("--json", argv[2])
+        checks.check_output("--json", argv[2])
     torch.set_num_threads(1)
     old = old_stack(argv[0])
     out = {"what": "one stacked training step (forward + backward), S seeds, old stack.py vs lab/stack.py, alternated in "

@@ -19,8 +19,9 @@ if __package__ in (None, ""):  # run as `python results/checks/layout_check.py`:
 
 import torch  # noqa: E402
 
-from lab import rundir  # noqa: E402
-from lab.cli import parse_json, read_json, run, write_json  # noqa: E402
+from lab import checks, rundir  # noqa: E402
+from lab.cli import run  # noqa: E402
+from lab.files import parse_json, read_json, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
@@ -79,6 +80,8 @@ def compare(old: str, new: str) -> dict:
         ck = [torch.load(os.path.join(d[k], "ckpt.pt"), map_location="cpu", weights_only=True) for d in (ro, rn)]
         for c in ck:
             c.pop("elapsed", None)  # the wall clock
+            if c.get("ema", None) is None:  # no EMA: a stacked checkpoint of 0407f9f had no "ema" key, now None as unstacked
+                c.pop("ema", None)
             c["config"].pop("out_dir", None)  # a temporary folder of each side
             for key, default in NEW_KEYS.items():
                 if c["config"].get(key, default) == default:
@@ -99,7 +102,7 @@ def main(argv: list[str]) -> int:
     if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--json") or not os.path.isfile(os.path.join(argv[0], "train.py")):
         raise ValueError("usage: python results/checks/layout_check.py OLD_CHECKOUT [--json PATH]")
     if len(argv) == 3:
-        rundir.check_output("--json", argv[2])
+        checks.check_output("--json", argv[2])
     old_tree = os.path.abspath(argv[0])
     old_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=old_tree, capture_output=True, text=True).stdout.strip()
     out = {"what": "tiny runs of every schedule and code path, trained by the old checkout's train.py and by this one "

@@ -18,8 +18,9 @@ import torch  # noqa: E402
 
 import metrics  # noqa: E402
 from config import Config, trained_depth  # noqa: E402
-from lab import records, rundir  # noqa: E402
-from lab.cli import run, write_json  # noqa: E402
+from lab import checks, records, rundir  # noqa: E402
+from lab.cli import run  # noqa: E402
+from lab.files import write_json
 from tasks import eval_set  # noqa: E402
 
 FIELDS = ("lengths", "K", "acc", "val_acc", "hard_acc", "shortcuts", "metrics")
@@ -33,7 +34,7 @@ def main(argv: list[str]) -> int:
     if not argv or not all(os.path.isdir(d) for d in argv):
         raise ValueError("usage: python results/checks/regenerate_check.py FOLDER [FOLDER ...] [--json PATH]")
     if json_out:
-        rundir.check_output("--json", json_out)
+        checks.check_output("--json", json_out)
     out = {"what": "finished runs rebuilt from their ckpt.pt and evaluated again by today's code; every field of "
                    "eval.json that evaluation writes compared for equality", "runs": [], "env": rundir.environment()}
     for d in records.find_runs(argv):

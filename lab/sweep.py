@@ -1,92 +1,26 @@
 """
-The run machinery around train.py's loop: what it calls in one line each, so that the loop reads as the lesson.
+Many seeds at once (train.py --seeds N, torchrun's ranks, --stack S): train.py imports this only then, so a single
+run never loads the tables, the statistics or the stacked seeds.
 
-    Log(cfg, run_dir, step, ...)   the loop's log: stat sums since the last line, the wall clock (evaluation and
-                                   checkpoint writes excluded), a tqdm bar on a terminal, one `|` line on stdout
-                                   and one JSON line in metrics.jsonl per interval
-    guard(ckpt_path, done)         Ctrl-C and a non-finite loss end the loop with one line that names the last
-                                   good checkpoint (cli.run prints it: exit 130 / 1)
-    sweep(cfg, train_run, finish)  --seeds N: seed..seed+N-1, in one process or split over torchrun's ranks:
-                                   every seed of a rank locked and planned again first (take_locks), then each
-                                   claimed (rundir), trained or skipped; then the table. A seed whose
-                                   loss turns non-finite stops alone: the others train, then the sweep
-                                   exits 1 naming it
+    sweep(cfg, train_run, finish)  seeds seed..seed+N-1, in one process or split over torchrun's ranks: every seed
+                                   of a rank locked and planned again first (take_locks), then each claimed
+                                   (rundir), trained or skipped; then the table. A seed whose loss turns non-finite
+                                   stops alone: the others train, then the sweep exits 1 naming it
+    split, train_chunks            --stack S: the chunks of seeds one rank trains as one batched program (chunks.py)
 """
 
 import contextlib
 import dataclasses
 import datetime
-import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
 import metrics
-from lab import chunks, records, rundir, tables
-from lab.cli import interrupted, log_line, write_json
-
-
-class Log:
-    def __init__(self, cfg, run_dir: str, step: int, elapsed: float = 0.0, sums: dict = None):
-        self.cfg, self.path = cfg, os.path.join(run_dir, "metrics.jsonl")
-        self.elapsed, self.sums = elapsed, dict(sums or {})  # sums: of each stat since the last log line
-        self.t0, self.t0_step, self.done = time.time(), step, step  # wall clock since the last line (or the start)
-        self.bar = tqdm(initial=step, total=cfg.max_iters, desc=os.path.basename(run_dir) or run_dir,
-                        disable=not sys.stderr.isatty(), leave=False)
-
-    def add(self, done: int, stats: dict) -> None:
-        """One finished step's stats (and the progress bar moves on)."""
-        for k, v in {"steps": 1, **stats}.items():
-            self.sums[k] = self.sums.get(k, 0.0) + v
-        self.done = done
-        self.bar.update(1)
-
-    def record(self, lr: float, n_hi: int) -> dict:
-        """The log line of the steps since the last one: their mean stats, ms per step and the elapsed time."""
-        n_acc, now = self.sums.pop("steps"), time.time()
-        self.elapsed += now - self.t0
-        rec = {"step": self.done, "lr": lr, "n_max": n_hi, **{k: v / n_acc for k, v in self.sums.items()},
-               "ms_per_step": 1000 * (now - self.t0) / (self.done - self.t0_step), "elapsed_s": self.elapsed}
-        self.t0, self.t0_step, self.sums = now, self.done, {}
-        return rec
-
-    def write(self, rec: dict) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(rec) + "\n")
-        (self.bar.write if not self.bar.disable else print)(log_line(rec))
-        self.t0 = time.time()  # evaluation and printing are not training time
-
-    @contextlib.contextmanager
-    def paused(self):
-        """Time spent inside (a checkpoint write) is not training time."""
-        t = time.time()
-        yield
-        self.t0 += time.time() - t
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-@contextlib.contextmanager
-def guard(ckpt_path: str, done):
-    """Around the training loop: Ctrl-C becomes one line (exit 130), and a non-finite loss (train_step's
-    FloatingPointError, which does not know its step) gets its step and the last good checkpoint. done(): the
-    steps finished so far."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise interrupted(done(), lambda: rundir.last_good(ckpt_path)) from None
-    except FloatingPointError as err:
-        if "at step" in str(err):  # a checkpoint's non-finite weights: the message is complete
-            raise
-        raise FloatingPointError(f"{err} at step {done() + 1}; " + rundir.last_good(ckpt_path)) from None
-
-
-# --- seeds: one process, or split over torchrun's ranks -----------------------------------------------
+from lab import checks, chunks, records, rundir, stack, tables
+from lab.files import Lock, write_json
 
 # How long a rank waits for the others in the process group (at its start, after the locks, and for the results at
 # the end). A rank whose seeds are done waits there for the slowest rank, however long its seeds take: the default
@@ -116,7 +50,7 @@ def take_locks(cfg, mine: list, locks: contextlib.ExitStack, world: int) -> None
     err = None
     try:
         for k, d in mine:
-            locks.enter_context(rundir.Lock(d))
+            locks.enter_context(Lock(d))
             rundir.plan(dataclasses.replace(cfg, seed=k, out_dir=d), d, single=cfg.seeds == 1)
     except ValueError as e:
         err = str(e)
@@ -128,25 +62,61 @@ def take_locks(cfg, mine: list, locks: contextlib.ExitStack, world: int) -> None
         raise ValueError(err)
 
 
+def split(cfg, runs: list, rank: int, world: int) -> list[list]:
+    """The chunks of `runs` [(seed, run dir)] that rank `rank` of `world` trains: chunks of cfg.stack seeds,
+    chunk i on rank i % world."""
+    return [runs[i:i + cfg.stack] for i in range(0, len(runs), cfg.stack)][rank::world]
+
+
+def train_chunks(cfg, parts: list, rank: int, world: int, device: str, finish) -> tuple[list, list]:
+    """The chunks `parts` (split: this rank's), each seed claimed again (rundir.claim: on --overwrite its old
+    files go here) right before its chunk trains. The caller holds every seed's lock and has planned every seed
+    under it (sweep), so no chunk deletes a run before all of them are known to go ahead. Finished seeds are
+    skipped; within a chunk, seeds resumed from checkpoints at different steps train as sub-chunks. finish: see
+    train_chunk."""
+    evals, failures = [], []
+    for part in parts:
+        todo = {}
+        for k, d in part:
+            run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
+            action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)
+            if action == "skip":
+                print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
+                evals.append({**records.load_eval(d), "run_dir": d})
+            else:
+                todo.setdefault(start["step"] if start else 0, []).append((run_cfg, d, start))
+        for at, group in sorted(todo.items()):
+            print(f"chunk of seeds {', '.join(str(c.seed) for c, _, _ in group)}: task {cfg.task}, schedule "
+                  f"{cfg.schedule}, device {device}" + (f", rank {rank}/{world}" if world > 1 else "")
+                  + (f", resumed at step {at}" if at else "") + (", static" if cfg.static else ""))
+            e, f = chunks.train_chunk([c for c, _, _ in group], [d for _, d, _ in group], device,
+                               [s for _, _, s in group] if at else None, finish)
+            evals += e
+            failures += f
+    for e in sorted(evals, key=lambda e: e["seed"]):
+        print(metrics.format_run(e))
+    return evals, failures
+
+
 def sweep(cfg, train_run, finish_run) -> None:
     """Train seeds cfg.seed .. cfg.seed + cfg.seeds - 1 (one: into cfg.out_dir; several: into out_dir/seed{k}/),
     every seed's plan checked before anything is written; rank r of torchrun's P trains seeds r, r+P, ...
     (--stack: chunks of seeds, lab/chunks.py). Prints each run and the table over seeds (summary.json)."""
-    rank, world, device = init_distributed(rundir.pick_device(cfg.device))
-    out_dir = cfg.out_dir or os.path.join("out", f"{cfg.task}-{cfg.schedule}")
+    if cfg.stack and (why := stack.refusal(cfg)):  # before anything is written
+        raise ValueError(why)
+    rank, world, device = init_distributed(checks.pick_device(cfg.device))
+    out_dir = rundir.out_dir_of(cfg)
     runs = [(k, out_dir if cfg.seeds == 1 else os.path.join(out_dir, f"seed{k}")) for k in range(cfg.seed, cfg.seed + cfg.seeds)]
     rundir.check_out_dir(out_dir)
     rundir.check_folder(cfg, out_dir, {d for _, d in runs})
     for k, d in runs:  # every seed's plan is checked before anything is written
         rundir.plan(dataclasses.replace(cfg, seed=k, out_dir=d), d, single=cfg.seeds == 1)
-    if cfg.tf32 and device.startswith("cuda"):  # TF32 inputs for the fp32 matmuls and convolutions
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    parts = chunks.split(cfg, runs, rank, world) if cfg.stack else [[r] for r in runs[rank::world]]  # rank r: r, r+P, ...
+    parts = split(cfg, runs, rank, world) if cfg.stack else [[r] for r in runs[rank::world]]  # rank r: r, r+P, ...
     evals, failures = [], []
     with contextlib.ExitStack() as locks:  # every seed of this rank locked and planned before any is touched
         take_locks(cfg, [r for part in parts for r in part], locks, world)
         if cfg.stack:
-            evals, failures = chunks.train_chunks(cfg, parts, rank, world, device, finish_run)
+            evals, failures = train_chunks(cfg, parts, rank, world, device, finish_run)
         else:  # one seed at a time
             for k, d in [part[0] for part in parts]:
                 run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
@@ -160,7 +130,7 @@ def sweep(cfg, train_run, finish_run) -> None:
                     print(f"run {d}: task {cfg.task}, schedule {cfg.schedule}, seed {k}, device {device}"
                           + (f", rank {rank}/{world}" if world > 1 else "") + how)
                     try:
-                        e = train_run(run_cfg, d, device, start)
+                        e = train_run(run_cfg, rundir.Run(run_cfg, d, start), device)
                     except FloatingPointError as err:  # a diverged seed stops alone; the others still train
                         if cfg.seeds == 1:
                             raise

@@ -1,0 +1,189 @@
+"""
+Files the lab writes and reads, safely: every write is atomic, every JSON read bounded, every run directory locked.
+
+    atomic_write(path, write)   the one way a file is written: a temp file beside it (temp_file), fsync, rename; a
+                                crash or a full disk leaves the old file or the new one, never half
+    write_json(path, obj)       atomic_write of a JSON document
+    load_json(path)             the one way a JSON file is read: a regular file only (a FIFO is refused, not waited
+                                on), at most MAX_JSON bytes, UTF-8; read_json names the file in its error
+    Lock(dir)                   an exclusive OS lock (fcntl.flock) on a run directory: a second process stops (exit 2);
+                                the lock dies with its process, however it dies; a linked .lock is refused
+"""
+
+import fcntl
+import json
+import os
+import re
+import socket
+import stat
+
+from lab.cli import ctrl_c_after
+
+RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
+OWN_FILES = RUN_FILES + ("summary.json",)  # every file the project writes into a run or sweep folder
+# the temp file of an interrupted atomic write of one of them (cli.temp_file: NAME.tmpPID or NAME.tmpPID.N)
+OWN_TEMP = re.compile(r"^(" + "|".join(re.escape(f) for f in OWN_FILES) + r")\.tmp(\d+)(\.\d+)?$")
+
+def temp_file(path: str) -> tuple:
+    """(an open binary file, its name) for the temp file of an atomic write of `path`: NAME.tmpPID in path's own
+    folder (os.replace is atomic only within one file system), or NAME.tmpPID.N if that name is taken. Created
+    with O_EXCL | O_NOFOLLOW: it is always a new file of ours, never a symlink or a file someone planted there
+    (writing through one would write outside the folder)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for i in range(100):
+        tmp = f"{path}.tmp{os.getpid()}" + (f".{i}" if i else "")
+        try:
+            return os.fdopen(os.open(tmp, flags, 0o666), "wb"), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path}: no free temp file name ({path}.tmp{os.getpid()}.N taken up to N = 99)")
+
+
+def atomic_write(path: str, write) -> None:
+    """The one way the project writes a file (checkpoints, config.json, eval.json, tables, README blocks, plots):
+    a new temp file in the same folder (temp_file), fsync, os.replace. A crash or a full disk leaves the old file
+    or the new one, never half, and no temp file; a Ctrl-C during the write takes effect once it is done. A
+    symlink at `path` is replaced by the file (what it pointed to is not written). A failure is an OSError naming
+    the file (cli.run: one line, exit 1)."""
+    with ctrl_c_after():
+        tmp = None
+        try:
+            f, tmp = temp_file(path)
+            with f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as err:  # one line naming the file (and its errno kept for a caller that tests it)
+            failed = OSError(f"cannot write {path} ({err.strerror or err}); the file there, if any, is unchanged")
+            failed.errno = err.errno
+            raise failed from None
+        finally:
+            if tmp is not None and os.path.lexists(tmp):  # a failed write (full disk) leaves no temp file behind
+                os.remove(tmp)
+
+
+def write_json(path: str, obj) -> None:
+    atomic_write(path, lambda f: f.write((json.dumps(obj, indent=1) + "\n").encode()))
+
+
+# the largest JSON file the project reads (eval.json of a long grid is ~1 MB; a metrics line far less)
+MAX_JSON = 64 * 2 ** 20
+
+
+def parse_json(text):
+    """json.loads, with a structure nested deeper than the interpreter's recursion allows (a RecursionError
+    traceback from json) turned into a ValueError like any other malformed text."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to be a file the project wrote") from None
+
+
+def load_json(path: str):
+    """The one way the project reads a JSON file (eval.json, config.json, choice.json, readouts.json, chaos.json,
+    the results' records): a regular file only (opened without blocking, so a FIFO is refused instead of hanging
+    the reader), at most MAX_JSON bytes, UTF-8, parsed by parse_json. Raises OSError or ValueError (the reason
+    alone: the caller names the file)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file (a folder, a FIFO, a device or a socket): nothing to read")
+        if st.st_size > MAX_JSON:
+            raise ValueError(f"{st.st_size} bytes, more than the {MAX_JSON} a file of the project can hold")
+        data = f.read(MAX_JSON + 1)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    return parse_json(text)
+
+
+def read_json(path: str):
+    """load_json, with any failure as one line naming the file (ValueError)."""
+    try:
+        return load_json(path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: unreadable ({err})") from None
+
+
+class Lock:
+    """An exclusive lock on a run directory (created if needed): an OS lock (fcntl.flock) on the file .lock, which
+    names its holder (pid and host). The OS releases the lock when its process ends, however it ends (SIGKILL
+    too), so the .lock of a dead process is simply locked again: no check-then-act. The lock is on the file
+    that .lock names when it is taken (a holder that removed it meanwhile means: open it again), and a holder
+    removes only its own. On entry, temp files of the project's killed writers (NAME.tmpPID) are removed."""
+
+    def __init__(self, d: str):
+        self.d, self.path, self.fd = d, os.path.join(d, ".lock"), None
+
+    def __enter__(self):
+        try:
+            os.makedirs(self.d, exist_ok=True)
+            while self.fd is None:
+                fd = self.open()
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+                    os.close(fd)
+                    raise ValueError(f"--out_dir {self.d} is in use by {holder} (lock {self.path}); wait for it "
+                                     f"to finish") from None
+                if same_file(self.path, fd):
+                    self.fd = fd
+                else:  # its last holder removed .lock between our open and our lock: lock the new one
+                    os.close(fd)
+            os.ftruncate(self.fd, 0)
+            os.write(self.fd, f"process {os.getpid()} on {socket.gethostname()}".encode())
+        except OSError as err:
+            raise ValueError(f"--out_dir {self.d!r}: cannot write there ({err.strerror})") from None
+        for f in os.listdir(self.d):  # temp files of the project's writers killed mid-write
+            m = OWN_TEMP.match(f)
+            if m and not (int(m.group(2)) != os.getpid() and alive(int(m.group(2)))):
+                os.remove(os.path.join(self.d, f))
+        return self
+
+    def open(self) -> int:
+        """.lock, opened (created if missing) without following a symlink: a .lock that is a link, or a file with
+        other names (a hard link), could be anyone's file, and writing our name into it would destroy it."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError:
+            if os.path.islink(self.path):
+                raise ValueError(f"--out_dir {self.d}: its lock {self.path} is a symlink (to {os.readlink(self.path)}); "
+                                 f"a run's lock is its own file: remove the link") from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            raise ValueError(f"--out_dir {self.d}: its lock {self.path} is not a file of its own (a hard link, or not a "
+                             f"regular file); remove it")
+        return fd
+
+    def __exit__(self, *exc):
+        try:
+            if same_file(self.path, self.fd):  # still ours: remove it while holding the lock
+                os.remove(self.path)
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+
+def same_file(path: str, fd: int) -> bool:
+    """Whether path names the file open as fd."""
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
