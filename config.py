@@ -136,20 +136,19 @@ class Config:
 
 # --- a flag the run does not read is a mistake ------------------------------------------------------
 
-NTP_KNOBS = {"ntp": ("c", "ntp_greedy"), "ntp_pause": ("c", "n_pause", "ntp_greedy"), "ntp_loop": ("c", "ntp_greedy")}
 SHARED = ("T_max", "d_model")  # read by the model and by every schedule (a learned one's head width): never unread
 
 
 def knobs_of(schedule: str) -> list[str]:
     """The flags schedule `schedule` reads: halting.settings (less pad_id, not a flag), or ntp.py's."""
-    return list(NTP_KNOBS[schedule]) if schedule in NTP_KNOBS else [k for k in settings(schedule) if k != "pad_id"]
+    return list(ntp.KNOBS[schedule]) if schedule in ntp.KNOBS else [k for k in settings(schedule) if k != "pad_id"]
 
 
 def check_unread(cfg: Config, given: set) -> None:
     """A flag named on the command line (`given`) with a value other than its default, which the run's schedule
     or task does not read, is refused in one line: `--schedule matched --w 3` would otherwise train matched and
     say nothing. Presets and recipes set defaults, not flags, so they are never refused."""
-    schedule_knobs = {k for s in [*SCHEDULES, *NTP_KNOBS] for k in knobs_of(s)} - set(SHARED)
+    schedule_knobs = {k for s in [*SCHEDULES, *ntp.KNOBS] for k in knobs_of(s)} - set(SHARED)
     task_knobs = {k for t in TASKS.values() for k in t.knobs}
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)

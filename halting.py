@@ -116,9 +116,6 @@ class Schedule(nn.Module):
 
     def __init__(self, *, T_max: int = 20, active_set: bool = True, bptt_k: int = 0, loss_weight: str = "sample"):
         super().__init__()
-        check(T_max >= 1, f"T_max={T_max}: must be >= 1")
-        check(bptt_k >= 0, f"bptt_k={bptt_k}: must be >= 0 (0: backpropagate through every step)")
-        check(loss_weight in ("sample", "token"), f"loss_weight={loss_weight!r}: choose from sample, token")
         self.T_max, self.active_set, self.bptt_k, self.loss_weight = T_max, active_set, bptt_k, loss_weight
 
     def train_depth(self, Tn: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -163,7 +160,6 @@ class Window(Schedule):
 
     def __init__(self, *, w: int = 5, k_min: int = 1, **base):
         super().__init__(**base)
-        check(w >= 0, f"w={w}: must be >= 0")
         check(1 <= k_min <= self.T_max, f"k_min={k_min}: the depth floor must be in 1..T_max ({self.T_max})")
         self.w, self.k_min = w, k_min
 
@@ -215,7 +211,6 @@ class FixedWindow(Fixed):
 
     def __init__(self, *, w: int = 5, **base):
         super().__init__(**base)
-        check(w >= 0, f"w={w}: must be >= 0")
         self.w = w
 
     def train_depth(self, Tn, gen):
@@ -233,9 +228,6 @@ class LognormalPoisson(Schedule):
 
     def __init__(self, *, r_bar: int = 10, sigma: float = 0.5, r_per: str = "batch", **base):
         super().__init__(**base)
-        check(r_bar >= 1, f"r_bar={r_bar}: the mean depth must be >= 1")
-        check(math.isfinite(sigma) and sigma >= 0, f"sigma={sigma}: must be a finite number >= 0")
-        check(r_per in ("batch", "sample"), f"r_per={r_per!r}: choose from batch, sample")
         self.r_bar, self.sigma, self.r_per = r_bar, sigma, r_per
 
     def train_depth(self, Tn, gen):
@@ -261,7 +253,6 @@ class MultiDepth(Matched):
 
     def __init__(self, *, w: int = 5, T_max: int = 20):
         super().__init__(T_max=T_max)
-        check(w >= 0, f"w={w}: must be >= 0")
         self.w = w
 
     def loss(self, model, x, y, Tn, gen, mask=None):
@@ -302,7 +293,6 @@ class FixedPrior(Schedule):
 
     def __init__(self, *, prior: str = "geometric", lambda_p: float = 0.2, T_max: int = 20):
         super().__init__(T_max=T_max)
-        check(prior in ("uniform", "geometric"), f"prior={prior!r}: choose from uniform, geometric")
         check(0 < lambda_p < 1, f"lambda_p={lambda_p}: must be in (0, 1)")
         # pi_t = 1 / T_max (uniform), or lambda_p (1 - lambda_p)^(t-1) / Z (truncated geometric)
         pi = torch.full((T_max,), 1 / T_max) if prior == "uniform" else truncated_geometric(lambda_p, T_max)
@@ -446,7 +436,6 @@ class RLHalting(HaltingHead):
 
     def __init__(self, *, lambda_ent: float = 0.001, **base):
         super().__init__(**base)
-        check(math.isfinite(lambda_ent) and lambda_ent >= 0, f"lambda_ent={lambda_ent}: must be a finite number >= 0")
         self.lambda_ent = lambda_ent
         self.register_buffer("baseline", torch.zeros(()))  # b, checkpointed with the schedule
 
@@ -555,11 +544,8 @@ class PonderNet(HaltingHead):
     def __init__(self, *, beta: float = 0.01, lambda_p: float = 0.2, alpha: float = 0.5, ponder_rule: str = "alpha",
                  prior: str = "geometric", **base):
         super().__init__(**base)
-        check(math.isfinite(beta) and beta >= 0, f"beta={beta}: must be a finite number >= 0")
         check(0 < lambda_p < 1, f"lambda_p={lambda_p}: must be in (0, 1)")
         check(0 < alpha <= 1, f"alpha={alpha}: must be in (0, 1]")
-        check(ponder_rule in ("alpha", "argmax"), f"ponder_rule={ponder_rule!r}: choose from alpha, argmax")
-        check(prior in ("geometric", "uniform"), f"prior={prior!r}: choose from geometric, uniform")
         self.beta, self.alpha, self.rule, self.prior = beta, alpha, ponder_rule, prior
         if prior == "geometric":
             self.register_buffer("log_prior", truncated_geometric(lambda_p, self.T_max).log(), persistent=False)
@@ -626,7 +612,6 @@ class ACT(HaltingHead):
 
     def __init__(self, *, tau_act: float = 0.01, act_eps: float = 0.01, **base):
         super().__init__(**base)
-        check(math.isfinite(tau_act) and tau_act >= 0, f"tau_act={tau_act}: must be a finite number >= 0")
         check(0 < act_eps < 1, f"act_eps={act_eps}: must be in (0, 1)")
         self.tau_act, self.eps = tau_act, act_eps
 
@@ -690,9 +675,6 @@ class TRMHalt(HaltingHead):
                                                        f"({self.T_max // trm_steps}), or 0 for that maximum")
         self.n_sup = trm_sup or self.T_max // trm_steps
         self.full_depth = self.n_sup * self.m  # the depth of TRM's test protocol: every supervision step
-        check(0 <= halt_explore <= 1, f"halt_explore={halt_explore}: must be a probability in [0, 1]")
-        check(trm_bce >= 0, f"trm_bce={trm_bce}: the BCE weight must be >= 0")
-        check(trm_head in ("mean", "first", "last"), f"trm_head={trm_head!r}: choose from mean, first, last")
         self.halt_explore, self.bce_w, self.trm_head = halt_explore, trm_bce, trm_head
 
     def summary(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -764,12 +746,16 @@ def settings(name: str) -> list[str]:
 
 def make_schedule(name: str, **kwargs) -> Schedule:
     """The schedule `name` with its settings, e.g. make_schedule("window", w=5, T_max=20); a misspelt or
-    foreign setting is an error (settings(name) lists the valid ones)."""
+    foreign setting is an error (settings(name) lists the valid ones), and so is a value outside its declared kind
+    (check_setting). The classes check only what depends on other settings: build schedules through here."""
     check(name in SCHEDULES, f"unknown schedule {name!r}: choose from {', '.join(SCHEDULES)}")
     bad = sorted(set(kwargs) - set(settings(name)))
     check(not bad, f"schedule {name} has no setting {', '.join(bad)}: its settings are {', '.join(settings(name))}")
+    undeclared = sorted(set(settings(name)) - {*AT_LEAST, *BETWEEN, *CHOICES, *SWITCHES, *TOKENS})
+    check(not undeclared, f"schedule {name}: setting {', '.join(undeclared)} has no declared kind: add it to halting.py's "
+                          f"AT_LEAST, BETWEEN, CHOICES, SWITCHES or TOKENS")
     for key, value in kwargs.items():
-        check_setting(key, value)  # the kind of every value on entry (the checks at the end); ranges: the classes
+        check_setting(key, value)  # the kind and range of every value on entry (the tables at the end)
     return SCHEDULES[name](**kwargs)
 
 
@@ -875,24 +861,39 @@ def check_head(head: nn.Linear, h: torch.Tensor) -> None:
               f"{h.device}: move the schedule with schedule.to('{h.device}', {h.dtype})")
 
 
-# make_schedule's settings by kind: an integer (a bool is not one) at least this, a finite number, a bool
-AT_LEAST = {"T_max": 1, "w": 0, "k_min": 1, "c": 1, "r_bar": 1, "trm_steps": 1, "trm_sup": 0, "bptt_k": 0, "d_model": 1}
-FINITE = ("sigma", "lambda_ent", "beta", "lambda_p", "alpha", "tau_act", "act_eps", "halt_explore", "trm_bce")
+# Every setting of make_schedule, by kind: the one table each value is checked against on entry (check_setting), and
+# the one a new knob is declared in (make_schedule refuses a setting of a schedule that is not here). What depends on
+# other settings (c <= T_max, trm_sup <= T_max // trm_steps) and the open ends of a range ((0, 1)) are the class's.
+AT_LEAST = {"T_max": 1, "w": 0, "k_min": 1, "c": 1, "r_bar": 1, "trm_steps": 1, "trm_sup": 0, "bptt_k": 0,
+            "d_model": 1}  # an integer (a bool is not one), at least this: a depth is a whole number of loop steps
+BETWEEN = {"sigma": (0, math.inf), "lambda_ent": (0, math.inf), "beta": (0, math.inf), "tau_act": (0, math.inf),
+           "trm_bce": (0, math.inf), "lambda_p": (0, 1), "alpha": (0, 1), "act_eps": (0, 1),
+           "halt_explore": (0, 1)}  # a finite number in [lo, hi]
+CHOICES = {"loss_weight": ("sample", "token"), "r_per": ("batch", "sample"), "prior": ("uniform", "geometric"),
+           "ponder_rule": ("alpha", "argmax"), "trm_head": ("mean", "first", "last")}
+SWITCHES = ("active_set",)  # True or False
+TOKENS = ("pad_id",)  # a token id, or None
 
 
 def check_setting(key: str, v) -> None:
     """One setting of make_schedule, e.g. w=1.5 or c=2.5 (a depth is a whole number of loop steps), d_model=-3,
-    lambda_ent=inf: one ValueError naming it and what is allowed. The choices (prior, r_per, ...) and the
-    ranges that depend on other settings (c <= T_max, ...) are the schedule classes' to check."""
+    lambda_ent=inf, prior="flat": one ValueError naming it and what is allowed (the tables above)."""
     is_int = isinstance(v, int) and not isinstance(v, bool)
     if key in AT_LEAST:
         check(is_int and v >= AT_LEAST[key], f"{key}={v!r}: expected an int >= {AT_LEAST[key]}")
-    elif key in FINITE:
-        check((is_int or isinstance(v, float)) and math.isfinite(v), f"{key}={v!r}: expected a finite number")
-    elif key == "active_set":
-        check(isinstance(v, bool), f"active_set={v!r}: expected True or False")
-    elif key == "pad_id":
-        check(v is None or is_int, f"pad_id={v!r}: expected a token id (an int) or None (every position is real)")
+    elif key in BETWEEN:
+        lo, hi = BETWEEN[key]
+        check((is_int or isinstance(v, float)) and math.isfinite(v) and lo <= v <= hi,
+              f"{key}={v!r}: expected a finite number " + (f">= {lo}" if hi == math.inf else f"in [{lo}, {hi}]"))
+    elif key in CHOICES:
+        check(v in CHOICES[key], f"{key}={v!r}: choose from {', '.join(CHOICES[key])}")
+    elif key in SWITCHES:
+        check(isinstance(v, bool), f"{key}={v!r}: expected True or False")
+    elif key in TOKENS:
+        check(v is None or is_int, f"{key}={v!r}: expected a token id (an int) or None (every position is real)")
+    else:
+        raise ValueError(f"setting {key}={v!r} has no declared kind: add it to halting.py's AT_LEAST, BETWEEN, "
+                         f"CHOICES, SWITCHES or TOKENS")
 
 
 def check_batch(schedule, x, y, Tn, gen, mask=None) -> None:

@@ -195,9 +195,12 @@ class NTPLoop(NTP):
 
 
 SCHEDULES = {s.name: s for s in [NTP, NTPPause, NTPLoop]}
-# the settings that define each one's experiment (c, T_max when c = 0, n_pause; the model's in build). Not
-# ntp_greedy: it changes how the exact match is computed, not its value
-SETTINGS = {"ntp": ("c", "T_max"), "ntp_pause": ("c", "T_max", "n_pause"), "ntp_loop": ("c", "T_max", "inject")}
+# the one list of each baseline's own flags (train.py refuses the others: config.check_unread)
+KNOBS = {"ntp": ("c", "ntp_greedy"), "ntp_pause": ("c", "n_pause", "ntp_greedy"), "ntp_loop": ("c", "ntp_greedy")}
+# the settings that define each one's experiment: its knobs but ntp_greedy (it changes how the exact match is
+# computed, not its value), T_max (c = 0 means T_max) and ntp_loop's input injection (the model's: build)
+SETTINGS = {s: tuple(k for k in ks if k != "ntp_greedy") + ("T_max",) + (("inject",) if s == "ntp_loop" else ())
+            for s, ks in KNOBS.items()}
 
 
 def token_ids(task) -> dict:

@@ -52,7 +52,6 @@ def validate(cfg) -> None:
     """Reject bad settings with one line naming the value and what is allowed."""
     finite = lambda v: isinstance(v, (int, float)) and math.isfinite(v)
     checks = [
-        (cfg.w >= 0, f"--w {cfg.w}: must be >= 0"),
         (cfg.T_max >= 1, f"--T_max {cfg.T_max}: must be >= 1"),
         (0 <= cfg.c <= cfg.T_max, f"--c {cfg.c}: must be in 1..T_max ({cfg.T_max}), or 0 for T_max"),
         (cfg.T_test >= cfg.T_max, f"--T_test {cfg.T_test}: must be >= T_max ({cfg.T_max})"),
@@ -113,10 +112,10 @@ def validate(cfg) -> None:
     if cfg.schedule in ntp.SCHEDULES:  # the NTP baselines (ntp.py): their messages name the flags
         ntp.make(cfg.schedule, dataclasses.asdict(cfg), task)
     else:
-        try:  # the schedule checks its own knobs; its messages name them as name=value
+        try:  # the schedule checks its own knobs (halting.py's tables); its messages name them as name=value
             cfg.stop_schedule()
         except ValueError as err:
-            raise ValueError(f"--{err}") from None
+            raise ValueError("--" + str(err).replace("=", " ", 1)) from None
         for k in LOSS_WEIGHTS:  # what the schedule's own checks let through: finite, >= 0
             v = getattr(cfg, k)
             if k in settings(cfg.schedule) and not (finite(v) and 0 <= v <= MAX_WEIGHT):

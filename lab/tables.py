@@ -37,8 +37,8 @@ from metrics import fmt
 BOOKKEEPING = {"perturb_seed", "seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
                "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset", "stack", "static",
                "tf32"}
-NTP_KNOBS = {"n_pause", "ntp_greedy"}  # the settings of ntp.py's baselines alone
-SCHEDULE_KNOBS = ({k for s in SCHEDULES for k in settings(s)} | NTP_KNOBS) - {"T_max", "d_model", "pad_id", "active_set"}
+SCHEDULE_KNOBS = ({k for s in SCHEDULES for k in settings(s)} | {k for ks in ntp.KNOBS.values() for k in ks}) - {
+    "T_max", "d_model", "pad_id", "active_set"}
 TASK_KNOBS = {k for t in TASKS.values() for k in t.knobs}
 DEFAULTS = dataclasses.asdict(Config())
 PRIMARY = {"fixed": ("c",), "fixed_window": ("c", "w"), "window": ("w",), "multidepth": ("w",),
@@ -79,7 +79,11 @@ def group_runs(evals: list) -> dict:
         # (a setting one row's schedule or task does not read counts as its default, as in run_key)
         at = lambda row, f: row[f] if f in row else DEFAULTS.get(f)
         varying = sorted({f for o in others for f in set(o) | set(k) if at(o, f) != at(k, f)} - {"schedule", "task"})
-        shown = [f for f in PRIMARY.get(k["schedule"], ())] + [f for f in varying if f not in PRIMARY.get(k["schedule"], ())]
+        # the schedule's primary knobs, then what differs between rows, then any own knob away from its default (a
+        # knob added later, e.g. a window's --k_min 10, names its row even when no other row differs in it)
+        primary = PRIMARY.get(k["schedule"], ())
+        changed = [f for f in sorted(SCHEDULE_KNOBS & set(k)) if k[f] != DEFAULTS.get(f)]
+        shown = list(dict.fromkeys([*primary, *varying, *changed]))
         label = " ".join([k["schedule"]] + [f"{f}={value(k[f])}" for f in shown if f in k])
         seen = {}
         for r in runs:  # one seed twice: a copy (cp -r run run.bak), a run inside a sweep, a sweep below a run

@@ -358,6 +358,28 @@ def test_make_schedule_refuses_unknown_or_misspelt_knobs_and_bad_values():
             make_schedule(name, **({"d_model": 16} if name in ("rl", "ponder", "act") else {}), **kw)
 
 
+def test_a_knob_without_a_declared_kind_is_refused_and_every_knob_is_declared(monkeypatch):
+    """Issue 69 (an extender's trip): a new knob got no kind check unless its author found the tables, so
+    shift=1.5 gave depths 5.5. Now make_schedule refuses a schedule whose knob is in none of halting.py's tables,
+    and every shipped knob is in one (so every value given is checked)."""
+    class Shifted(halting.Window):
+        name = "shifted"
+
+        def __init__(self, *, shift: int = 0, **base):
+            super().__init__(**base)
+            self.shift = shift
+    monkeypatch.setitem(halting.SCHEDULES, "shifted", Shifted)
+    with pytest.raises(ValueError, match="setting shift has no declared kind"):
+        make_schedule("shifted", shift=1)
+    monkeypatch.setitem(halting.AT_LEAST, "shift", 0)
+    with pytest.raises(ValueError, match=r"shift=1.5: expected an int >= 0"):
+        make_schedule("shifted", shift=1.5)
+    assert make_schedule("shifted", shift=2).shift == 2
+    for name in halting.SCHEDULES:
+        if name != "shifted":
+            make_schedule(name, **({"d_model": 8} if "d_model" in halting.settings(name) else {}))
+
+
 def test_make_schedule_checks_every_argument_on_entry():
     # each bad value fails in make_schedule itself, with one line naming the argument and what is allowed
     cases = [("window", dict(w=1.5), "w=1.5: expected an int >= 0"), ("window", dict(w=math.inf), "w=inf"),
