@@ -5,6 +5,9 @@ A looped transformer: one shared block of L causal GPT layers applied K times wi
     H_t = Block(H_{t-1} + H_0)      t = 1..K   (input injection; --no-inject: H_t = Block(H_{t-1}))
     logits_t = head(LN_f(H_t))      one shared readout, applicable at every step
 
+The loop starts from H_0 = E(x) itself, so step 1 computes Block(2 E(x)): the input is both the state and the
+injection (a model that starts from zeros instead gives halting.py an init_state; this one does not).
+
 The model exposes the whole *trajectory* (hidden state and logits at every step) from one pass, so
 every depth K = 1..n_steps can be read out without re-running shorter loops.
 `looped=False` builds the non-looped "vanilla" baseline: n_layer * n_loops distinct layers run once

@@ -1,9 +1,10 @@
 """
 Algorithmic tasks for length generalisation (Fan et al., the primary paper), generated on the fly.
 
-Every task defines a vocabulary (token 0 is PAD), `sample(n, gen) -> (x, y)` as token lists of equal
-length where y holds the target token at *scored* positions and IGNORE (-100) elsewhere, and the
-length-matched depth T(n). Output is one shot: the answer is predicted in parallel at answer slots
+A task is a subclass of Task with five hooks: its `symbols` (the vocabulary after PAD, token 0), `_sample(n, gen)
+-> (x, y)` (token lists of equal length, y the target token at *scored* positions and IGNORE (-100) elsewhere;
+Task.sample checks n first), the length-matched depth `T(n)` (n unless overridden), and optionally its `knobs`
+(constructor kwargs = train.py flags), `shortcuts(x)` (trivial predictors) and `hard(x)` (its hard subset). Output is one shot: the answer is predicted in parallel at answer slots
 (the placeholder '_' after a separator), never generated token by token. Where the answer length
 varies with the content, the slots (a number fixed by n) are filled with the END token '$', which is
 scored too.
@@ -51,8 +52,9 @@ def check_knob(ok: bool, name: str, value, allowed: str) -> None:
 
 
 class Task:
-    """Base class: a vocabulary, a sampler and T(n). Subclasses set `name`, `symbols`, `min_n`, and
-    `knobs`: the names of their constructor kwargs (see task_kwargs)."""
+    """Base class: a vocabulary, a sampler and T(n). A subclass sets `name` and `symbols` and defines `_sample`;
+    optionally `min_n` / `max_n` (the lengths it can produce), `knobs` (the names of its constructor kwargs, see
+    task_kwargs), `T`, `shortcuts` and `hard`. Then add it to TASKS."""
 
     name = "task"
     symbols: list[str] = []   # vocabulary after PAD

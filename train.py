@@ -1,8 +1,8 @@
 """
 Train a looped transformer on one task with one stop schedule, then evaluate it.
 
-    python train.py                                       # dyck, window w=5, one thread: 7-14 min on a CPU core
-    python train.py --task copy --schedule rl             # each of the nine tasks has a CPU recipe (config.RECIPES)
+    python train.py                                       # dyck, window w=5, one thread: about 4 min on a CPU core
+    python train.py --task copy --schedule rl             # a task's CPU recipe (config.RECIPES), or the defaults
     python train.py --task addition --preset paper        # the papers' scale, for a GPU
     python train.py --seeds 4 --out_dir out/dyck          # seeds 0..3 into out/dyck/seed{k}/, and a table row
     torchrun --nproc_per_node 2 train.py --seeds 8                # the same, seeds split over 2 processes
