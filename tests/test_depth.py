@@ -162,3 +162,16 @@ def _close(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         return a == pytest.approx(b, rel=1e-9, abs=1e-9)
     return a == b
+
+
+def test_the_schedules_page_cites_the_exploratory_table():
+    # docs/schedules.md's depth-use paragraph: its results/chaos figures are explore.json's, rounded
+    rows = {r["folder"]: r for r in json.load(open(os.path.join(ROOT, "results", "depth", "explore.json")))["rows"]}
+    fixed, window = rows["chaos/dyck/fixed"], rows["chaos/dyck/window"]
+    text = " ".join(open(os.path.join(ROOT, "docs", "schedules.md")).read().split())
+    f = lambda r, k: f"{r[k]['mean']:.1f}"
+    assert (f"fixed depth answers {f(fixed, 'k1_hard_ood')}% at K = 1 and {f(fixed, 'oracle_hard_ood')}% at its best depth"
+            in text)
+    assert (f"window answers {f(window, 'k1_hard_ood')}% at K = 1 and its loop adds {f(window, 'loop_gain_hard_ood')} "
+            f"points ({f(window, 'oracle_hard_ood')}%)" in text)
+    assert f"scores {fixed['shortcut_hard_ood']['mean']:.1f}%) fixed depth" in text
