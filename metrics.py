@@ -22,6 +22,12 @@ the test lengths n > n_max (longer than any training input), "ID" the others.
                    An accuracy at or below its shortcut is not evidence of learning.
     hard           the same accuracies on the task's hard subset (dyck: the prefix goes below zero;
                    multiplication: b >= 3), for tasks that define one
+    depth use      does the model use its loop? On all OOD samples and on the hard subset (depth_use):
+      K=1 acc.     the accuracy at K = 1, averaged over the OOD lengths: what one loop step answers
+      loop gain    Oracle OOD - K=1 acc. (pp): what the rest of the loop adds, at its best depth per length
+      settle K     the shallowest single depth K whose accuracy, averaged over the OOD lengths, is within 1
+                   point of the best single depth's (the max over K of that average): where answers settle
+                   (a model scored at one fixed depth has no K axis: None for all three)
 
 How a schedule is scored: its `policy` picks a depth on the looped trajectory. Two kinds say otherwise through
 their own attributes, and this file asks for those, never for a schedule by name:
@@ -245,7 +251,36 @@ def metrics(lengths: list[int], rows: list[dict], shortcuts: dict, n_max: int, K
         m["val_k_hard_ood"] = pct([None if h is None else h[k] for h, k in zip(hard, val_k)], ood)
         m["id_k_hard_ood"] = None if id_k is None else pct([None if h is None else h[id_k] for h in hard], ood)
         m["policy_hard_ood"] = pct([r["policy_hard_acc"] for r in rows], ood)
+    m.update(depth_use(lengths, acc, [r["hard_acc"] for r in rows] if "hard_acc" in rows[0] else None, n_max, K))
     return m
+
+
+SETTLE_POINTS = 1.0  # settle K: within this many points of the best single depth
+
+
+def depth_use(lengths: list[int], acc: list, hard_acc: list | None, n_max: int, K: list[int]) -> dict:
+    """Does the model use its loop (module docstring, "depth use")? From the matrices alone, so that an eval.json
+    written before these metrics gains them when read (lab/records.load_eval): acc (lengths x K) and hard_acc
+    (None for a task without a hard subset; a None row at a length without hard samples), accuracies in [0, 1].
+    Returns k1_ood, loop_gain_ood, settle_k_ood and, with hard_acc, k1_hard_ood, loop_gain_hard_ood,
+    settle_k_hard_ood: in %, pp and a depth; None without an OOD length that has a value, or without a K axis
+    (a model scored at one fixed depth: K has one entry)."""
+    out = {}
+    for suffix, mat in (("ood", acc), ("hard_ood", hard_acc)):
+        if mat is None:  # the task has no hard subset: no hard keys, as in metrics()
+            continue
+        ood = [i for i, n in enumerate(lengths) if n > n_max and mat[i] is not None]
+        k1 = settle = gain = None
+        if ood and len(K) > 1 and K[0] == 1:
+            # K=1 acc. = mean_{n OOD} acc[n][K = 1]
+            k1 = 100 * statistics.fmean(mat[i][0] for i in ood)
+            # loop gain = Oracle OOD - K=1 acc. = mean_{n OOD} max_K acc[n][K] - K=1 acc.
+            gain = 100 * statistics.fmean(max(mat[i]) for i in ood) - k1
+            # settle K = min { K : c(K) >= max_K' c(K') - 1 point },  c(K) = mean_{n OOD} acc[n][K]
+            curve = [100 * statistics.fmean(mat[i][k] for i in ood) for k in range(len(K))]
+            settle = K[min(k for k, c in enumerate(curve) if c >= max(curve) - SETTLE_POINTS)]
+        out |= {f"k1_{suffix}": k1, f"loop_gain_{suffix}": gain, f"settle_k_{suffix}": settle}
+    return out
 
 
 # --- what a run prints -------------------------------------------------------------------------------
@@ -283,6 +318,21 @@ def verdict(m: dict) -> str:
     return "; ".join(parts)
 
 
+def depth_line(m: dict, K: list[int]) -> str | None:
+    """The report's depth-use line (depth_use): what one loop step answers, what the loop adds, where answers
+    settle; on all OOD samples, then on the hard subset. None without an OOD length."""
+    if len(K) == 1:
+        return f"  depth use: scored at one fixed depth (K = {K[0]}), no loop to measure"
+    if m.get("k1_ood") is None:
+        return None
+    line = (f"  depth use, OOD: K=1 {fmt(m['k1_ood'])}% -> best {fmt(m['oracle_ood'])}% (the loop adds "
+            f"{fmt(m['loop_gain_ood'])} points; answers settle by K = {m['settle_k_ood']})")
+    if m.get("k1_hard_ood") is not None:
+        line += (f"; hard subset: {fmt(m['k1_hard_ood'])}% -> {fmt(m['oracle_hard_ood'])}% "
+                 f"(+{fmt(m['loop_gain_hard_ood'])})")
+    return line
+
+
 def format_run(e: dict) -> str:
     """The report a run prints: the verdict in words, then every metric beside its shortcut (the module
     docstring defines each), then the per-length rows."""
@@ -302,8 +352,10 @@ def format_run(e: dict) -> str:
     lines += [f"  OOD, all samples: oracle {vs_shortcut(m['oracle_ood'], m['shortcut_ood'])}  val-K {fmt(m['val_k_ood'])}%  "
              f"ID-K {fmt(m['id_k_ood'])}% (K={m['id_k']})  policy {fmt(m['policy_ood'])}%  gap {fmt(m['gap'])} pp  "
              f"T(n) {fmt(m['tn_ood'])}%  per-sample oracle {fmt(m['per_sample_oracle_ood'])}%",
-             f"       front@90 {fmt(m['front90'], '')}  flip rate {fmt(m['flip_rate'], '.3f')}  exit depth {fmt(m['policy_depth_ood'])}",
-             f"  shortcut (OOD): {cuts}"]
+             f"       front@90 {fmt(m['front90'], '')}  flip rate {fmt(m['flip_rate'], '.3f')}  exit depth {fmt(m['policy_depth_ood'])}"]
+    if depth := depth_line(m, e["K"]):
+        lines.append(depth)
+    lines.append(f"  shortcut (OOD): {cuts}")
     if e.get("diverged"):  # train.py: the final training loss above 2 ln V
         lines.append(f"  DIVERGED in training ({e['diverged']}): these numbers measure a broken run")
     if "full_depth_ood" in m:

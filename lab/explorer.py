@@ -4,12 +4,15 @@ looped model does at every depth. Its object is acc[n][K] (metrics.py): exact ma
 and loop count K. Three views, picked by tabs or by the URL's hash (`FILE#view=run&run=3&cmp=5`;
 `&tip=i,j` hovers a cell, for a screenshot or a test):
 
-    runs     every run as a point per schedule: Oracle / val-K / policy OOD on all samples and on the hard
-             subset, the spread over runs visible; a click opens the run, shift-click compares with it
+    runs     every run as a point per schedule: Oracle / val-K / policy OOD, the accuracy at K = 1 or the loop's
+             gain (metrics.py's depth use) on all samples and on the hard subset, the spread over runs visible; a
+             click opens the run, shift-click compares with it
     run      acc[n][K] as a heatmap (the hard subset's beside it) with the ID/OOD boundary (n_max), the
              schedule's test-time depth per length (dot: its mean policy depth), the oracle depth (the best
-             K per length, outlined) and the stable interval (how many K reach 90%); hovering a cell gives
-             accuracy, n, K and the best shortcut's score at n; a second run beside it, and their difference
+             K per length, outlined), the stable interval (how many K reach 90%), and per length the K = 1
+             column's accuracy and what the loop adds to it (best K minus K = 1), with the run's depth use in
+             words above; hovering a cell gives accuracy, n, K and the best shortcut's score at n; a second run
+             beside it, and their difference
     sample   runs with a ckpt.pt only: a few fixed test samples of one length (eval.json's own test set,
              half of them hard) with input, target and the model's answer at every K, right or wrong
 
@@ -57,7 +60,10 @@ def run_data(e: dict) -> dict:
             "hard_frac": [r3(v) for v in m.get("hard_frac", [])] or None,
             "cut_hard": r3(m.get("shortcut_hard_ood")), "cut_hard_name": m.get("shortcut_hard_ood_name"),
             "sum": {k: r3(m.get(k)) for k in ("oracle_ood", "val_k_ood", "policy_ood", "oracle_hard_ood", "val_k_hard_ood",
-                                              "policy_hard_ood", "shortcut_ood", "shortcut_hard_ood", "policy_id")}}
+                                              "policy_hard_ood", "shortcut_ood", "shortcut_hard_ood", "policy_id",
+                                              # depth use (metrics.depth_use): K = 1, the loop's gain, settle K
+                                              "k1_ood", "loop_gain_ood", "settle_k_ood", "k1_hard_ood",
+                                              "loop_gain_hard_ood", "settle_k_hard_ood")}}
 
 
 def sample_data(e: dict) -> dict | None:
@@ -148,10 +154,12 @@ function go(change) {
 // --- one run: acc[n][K] -------------------------------------------------------------------------------------
 // one heatmap: rows n, columns K, cell width w; marks: policy depth, oracle depth, stable K (the ID/OOD line always)
 function heat(r, ri, which, M, colour, title, w, marks) {
-  const L = 40, T = 32, H = 17, nK = r.K.length, X = j => L + j * w;
-  let s = `<svg width=${Math.max(X(nK) + 70, 240)} height=${T + r.n.length * H + 8} data-run=${ri} data-which=${which}>` +
-    `<text x=${L} y=11 font-weight=bold>${title}</text><text x=${L - 5} y=${T - 5} text-anchor=end>n↓ K→</text>` +
-    (marks ? `<text x=${X(nK) + 4} y=${T - 5}>stable K</text>` : '');
+  const L = 40, T = 32, H = 17, nK = r.K.length, X = j => L + j * w, loop = marks && nK > 1 && r.K[0] == 1;
+  let s = `<svg width=${Math.max(X(nK) + (loop ? 150 : 70), 240)} height=${T + r.n.length * H + 8} data-run=${ri} ` +
+    `data-which=${which}><text x=${L} y=11 font-weight=bold>${title}</text><text x=${L - 5} y=${T - 5} ` +
+    `text-anchor=end>n↓ K→</text>` + (marks ? `<text x=${X(nK) + 4} y=${T - 5}>stable K</text>` : '') +
+    (loop ? `<text x=${X(nK) + 92} y=${T - 5} text-anchor=middle>K=1</text>` +
+            `<text x=${X(nK) + 126} y=${T - 5} text-anchor=middle>+loop</text>` : '');
   r.K.forEach((k, j) => {
     if (k == r.K[0] || k % 5 == 0) s += `<text x=${X(j) + w / 2} y=${T - 5} text-anchor=middle>${k}</text>`;
   });
@@ -164,6 +172,9 @@ function heat(r, ri, which, M, colour, title, w, marks) {
     s += `<rect x=${X(ok) + 1} y=${y + 1} width=${w - 2} height=${H - 2} fill=none stroke="#e8178a" stroke-width=2 />`;
     if (r.pd) s += `<circle cx=${X(r.pd[i] - r.K[0]) + w / 2} cy=${y + H / 2} r=3.5 fill=#fff stroke=#000 />`;
     s += `<text x=${X(nK) + 22} y=${y + H - 5} text-anchor=middle>${stable}</text>`;
+    // depth use at n: the K = 1 column's accuracy, and what the loop adds to it (best K minus K = 1, points)
+    if (loop) s += `<text x=${X(nK) + 92} y=${y + H - 5} text-anchor=middle data-k1=${i}>${(100 * row[0]).toFixed(0)}%</text>` +
+      `<text x=${X(nK) + 126} y=${y + H - 5} text-anchor=middle>+${(100 * (Math.max(...row) - row[0])).toFixed(0)}</text>`;
   });
   const y = T + r.n.filter(n => n <= r.n_max).length * H, line = `x1=${L - 30} x2=${X(nK) + 40} y1=${y} y2=${y}`;
   return s + `<line ${line} stroke=#fff stroke-width=3 /><line ${line} stroke=#000 stroke-dasharray=4,3 />` +
@@ -172,11 +183,18 @@ function heat(r, ri, which, M, colour, title, w, marks) {
 const same = (a, b) => JSON.stringify([a.n, a.K]) == JSON.stringify([b.n, b.K]);
 const minus = (A, B) => A.map((row, i) => row && B[i] && row.map((a, j) => a == null || B[i][j] == null ? null : B[i][j] - a));
 const options = (ids, x) => ids.map(i => `<option value=${i} ${i === x ? 'selected' : ''}>${R[i].dir}</option>`).join('');
+function depthUse(r) {  // the run's depth use in words (metrics.py): what one loop step answers, what the loop adds
+  const u = r.sum, d = v => v == null ? '-' : v.toFixed(1);
+  if (u.k1_ood == null) return '';
+  return `. <span class=depth>Depth use, OOD: K = 1 ${num(u.k1_ood)} → best ${num(u.oracle_ood)} (the loop adds ` +
+    `${d(u.loop_gain_ood)} points; answers settle by K = ${u.settle_k_ood})` + (u.k1_hard_ood == null ? '' :
+    `; hard subset ${num(u.k1_hard_ood)} → ${num(u.oracle_hard_ood)} (+${d(u.loop_gain_hard_ood)})`) + '</span>';
+}
 function runView() {
   const a = R[S.run], b = R[S.cmp], w = b ? 11 : 14, all = R.map((_, i) => i);
   const about = r => `<b>${r.dir}</b>: ${r.group}, seed ${r.seed}; ID ${num(r.sum.policy_id)}, ` +
     `Oracle OOD ${num(r.sum.oracle_ood)}` + (r.hard ? `, hard-subset Oracle OOD ${num(r.sum.oracle_hard_ood)} ` +
-    `(shortcut ${num(r.sum.shortcut_hard_ood)})` : '');
+    `(shortcut ${num(r.sum.shortcut_hard_ood)})` : '') + depthUse(r);
   let s = `<p>run <select id=pick-run>${options(all, S.run)}</select> compare with <select id=pick-cmp>` +
     `<option value="">none</option>${options(all, S.cmp)}</select></p><p class=note>A: ${about(a)}</p>` +
     (b ? `<p class=note>B: ${about(b)}</p>` : '');
@@ -197,7 +215,8 @@ function runView() {
     '</linearGradient></defs><rect width=120 height=10 fill="url(#vir)" /></svg>';
   $('run').innerHTML = s + `<p class=note>Colour: accuracy 0 ${bar} 100%. White dot: the schedule's test-time depth ` +
     `(mean over the samples); pink box: the oracle depth (best K); dashed line: n_max = ${a.n_max}, OOD lengths below ` +
-    `it; right column: the stable interval (how many K give at least 90%). ${b ? 'B - A: full colour at 50 pp. ' : ''}` +
+    `it; right columns: the stable interval (how many K give at least 90%), the accuracy at K = 1 and what the loop adds ` +
+    `to it (the best K's minus K = 1's, points). ${b ? 'B - A: full colour at 50 pp. ' : ''}` +
     'Hover a cell for its numbers.</p>';
 }
 
@@ -228,12 +247,15 @@ function strip(key, title, cut) {  // every run a point, jittered within its sch
   return s + '</svg>';
 }
 function runsView() {
-  const m = S.m, name = {oracle: 'Oracle', val_k: 'val-K', policy: 'policy'}[m] || m;
-  $('runs').innerHTML = `<p>metric <select id=pick-m>` + ['oracle', 'val_k', 'policy'].map(k =>
+  // k1: the accuracy at K = 1; loop_gain: Oracle minus it, in points (no shortcut line: not an accuracy)
+  const NAMES = {oracle: 'Oracle', val_k: 'val-K', policy: 'policy', k1: 'K = 1', loop_gain: "the loop's gain (points),"};
+  const m = NAMES[S.m] ? S.m : 'oracle', name = NAMES[m], gain = m == 'loop_gain';
+  $('runs').innerHTML = `<p>metric <select id=pick-m>` + Object.keys(NAMES).map(k =>
     `<option ${k == m ? 'selected' : ''}>${k}</option>`).join('') + `</select> <span class=note>click a point: open that ` +
-    `run (pink); shift-click: compare with it (orange). Black bar: the mean of the column; below it, mean ± sd.</span></p>` +
-    '<div class=pair>' + strip(m + '_ood', name + ' OOD, all samples', 'shortcut_ood') +
-    (R.some(r => r.hard) ? strip(m + '_hard_ood', name + ' OOD, hard subset', 'shortcut_hard_ood') : '') + '</div>';
+    `run (pink); shift-click: compare with it (orange). Black bar: the mean of the column; below it, mean ± sd. ` +
+    `k1: the accuracy at K = 1; loop_gain: Oracle OOD minus it (does the run use its loop?).</span></p>` +
+    '<div class=pair>' + strip(m + '_ood', name + ' OOD, all samples', gain ? null : 'shortcut_ood') +
+    (R.some(r => r.hard) ? strip(m + '_hard_ood', name + ' OOD, hard subset', gain ? null : 'shortcut_hard_ood') : '') + '</div>';
 }
 
 // --- samples ------------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ folder, and a finished run's checkpoint rebuilt for post-hoc readouts.
 
     find_runs(paths)       every run directory (an eval.json) at or below the paths, each once
     load_eval(run_dir)     its eval.json, checked against REQUIRED / METRICS (keys) and the *_KINDS (the type of
-                           every value a reader uses): one line naming the file and the key otherwise
+                           every value a reader uses): one line naming the file and the key otherwise; a file
+                           written before the depth-use metrics (DEPTH_METRICS) gains them from its acc / hard_acc
     load_run(run_dir)      (cfg, task, model, schedule) with the weights eval.json measured (EMA if kept)
 """
 
@@ -14,6 +15,7 @@ import os
 
 import torch
 
+import metrics
 from config import EMA, Config, build, differences
 from lab import checkpoint
 from lab.files import load_json
@@ -52,6 +54,9 @@ METRICS = {"oracle", "oracle_ood", "oracle_id", "policy", "policy_ood", "policy_
            "policy_depth_ood", "stable_interval", "shortcuts", "shortcut_ood", "shortcut_ood_name"}
 HARD_METRICS = {"oracle_hard_ood", "val_k_hard_ood", "policy_hard_ood", "hard_frac"}
 PER_LENGTH = ("oracle", "policy", "val_k_acc", "stable_interval")
+# metrics.depth_use, computed from acc / hard_acc when an older eval.json lacks them (the hard ones with hard_acc)
+DEPTH_METRICS = {"k1_ood", "loop_gain_ood", "settle_k_ood"}
+HARD_DEPTH_METRICS = {"k1_hard_ood", "loop_gain_hard_ood", "settle_k_hard_ood"}
 
 # The type of every value the readers use (metrics.format_run, tables.py, plots.py, train.py --resume, the
 # results/ scripts), checked when present (the keys above must be): a kind, or [kind] for a list with one
@@ -74,8 +79,9 @@ METRIC_KINDS = {
     **dict.fromkeys(["oracle_ood", "oracle_id", "policy_ood", "policy_id", "val_k_ood", "id_k_ood", "gap", "tn_ood",
                      "per_sample_oracle_ood", "flip_rate", "policy_depth_ood", "front90", "shortcut_ood", "shortcut_id",
                      "full_depth_ood", "full_depth_id", "oracle_hard_ood", "val_k_hard_ood", "id_k_hard_ood",
-                     "policy_hard_ood", "shortcut_hard_ood"], "number?"),
-    "id_k": "int?",
+                     "policy_hard_ood", "shortcut_hard_ood", "k1_ood", "loop_gain_ood", "k1_hard_ood",
+                     "loop_gain_hard_ood"], "number?"),
+    **dict.fromkeys(["id_k", "settle_k_ood", "settle_k_hard_ood"], "int?"),
     **dict.fromkeys(["shortcut_ood_name", "shortcut_id_name", "shortcut_hard_ood_name"], "str?"),
 }
 TOP_KINDS = {"train_time_s": "number", "eval_time_s": "number", "steps": "int", "full_depth": "int?"}
@@ -150,8 +156,16 @@ def load_eval(run_dir: str) -> dict:
             raise ValueError("'acc' must hold one list of numbers per test length")
         if any(len(row) != len(e["K"]) for row in e["acc"]):
             raise ValueError(f"'acc' must hold one accuracy per depth of 'K' ({len(e['K'])}) at every test length")
+        hard = e.get("hard_acc")
+        if hard is not None and (not isinstance(hard, list) or len(hard) != len(e["lengths"]) or not all(
+                row is None or isinstance(row, list) and len(row) == len(e["K"]) and all(KINDS["number"][0](a) for a in row)
+                for row in hard)):
+            raise ValueError("'hard_acc' must be null or hold, per test length, null or one accuracy per depth of 'K'")
         for key, v in e["config"].items():
             check_value(f"config {key!r}", v, CONFIG_KINDS.get(key, "scalar"))
+        want = DEPTH_METRICS | (HARD_DEPTH_METRICS if hard is not None else set())
+        if isinstance(e["metrics"], dict) and not want <= set(e["metrics"]):  # written before metrics.depth_use
+            e["metrics"].update(metrics.depth_use(e["lengths"], e["acc"], hard, e["n_max"], e["K"]))
         check_metrics("metrics", e["metrics"], len(e["lengths"]))
         if "raw_metrics" in e:  # an EMA run's raw weights, read as metrics by results/ladder.py
             if not isinstance(e["raw_metrics"], dict):

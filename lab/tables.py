@@ -15,6 +15,7 @@ between the rows of its task.
     val-K OOD, ID-K OOD, Gap, Policy OOD, exit depth, flip rate: means over seeds
     shortcut      the best trivial predictor's OOD exact match (the same for every seed: fixed test sets)
     hard          Oracle / val-K / policy OOD on the task's hard subset (dyck, multiplication)
+    K=1 OOD, loop gain: means over runs; settle K: the median over runs (metrics.py's depth use), the hard subset's too
 """
 
 import dataclasses
@@ -135,14 +136,22 @@ def table_row(evals: list[dict]) -> dict:
             "shortcut_ood": mean("shortcut_ood"), "shortcut_name": ms[0].get("shortcut_ood_name"),
             "oracle_hard_ood": mean("oracle_hard_ood"), "val_k_hard_ood": mean("val_k_hard_ood"),
             "policy_hard_ood": mean("policy_hard_ood"), "full_depth_ood": mean("full_depth_ood"),
-            "train_minutes": statistics.fmean(e.get("train_time_s", 0) / 60 for e in evals)}
+            "train_minutes": statistics.fmean(e.get("train_time_s", 0) / 60 for e in evals),
+            # depth use (metrics.depth_use): does the row use its loop?
+            "k1_ood": mean("k1_ood"), "loop_gain_ood": mean("loop_gain_ood"), "k1_hard_ood": mean("k1_hard_ood"),
+            "loop_gain_hard_ood": mean("loop_gain_hard_ood"),
+            **{k: statistics.median(v) if (v := [m[k] for m in ms if m.get(k) is not None]) else None
+               for k in ("settle_k_ood", "settle_k_hard_ood")}}
 
 
 HEADER = ["task", "setting", "seeds", "ID", "Oracle OOD", "val-K OOD", "Front@90", "Std [95% CI]", "Gap",
           "Policy OOD", "exit depth", "flip rate", "shortcut"]
+# depth use (format_row(depth=True): evaluate.py's tables; the studies' committed tables stay as they were)
+DEPTH_HEADER = ["K=1 OOD", "loop gain", "settle K"]
+HARD_DEPTH_HEADER = ["hard: K=1 / gain / settle K"]
 
 
-def format_row(r: dict, hard: bool) -> str:
+def format_row(r: dict, hard: bool, depth: bool = False) -> str:
     std = "-" if r["std"] is None else f"{r['std']:.1f}" + (f" [{r['std_lo']:.1f}, {r['std_hi']:.1f}]" if r.get("std_lo") is not None else "")
     below = r["oracle_ood"] is not None and r.get("shortcut_ood") is not None and r["oracle_ood"] <= r["shortcut_ood"]
     runs = f"{r['seeds']} ({r['n_seeds']} seeds; within-seed Std {fmt(r['within_seed_std'], '.1f')})" if r.get("replicates") else fmt(r["seeds"], "")
@@ -155,6 +164,11 @@ def format_row(r: dict, hard: bool) -> str:
              fmt(r.get("shortcut_ood"))]
     if hard:
         cells.append(" / ".join(fmt(r.get(k)) for k in ("oracle_hard_ood", "val_k_hard_ood", "policy_hard_ood")))
+    if depth:  # what one loop step answers, what the loop adds, where answers settle (DEPTH_HEADER)
+        cells += [fmt(r.get("k1_ood")), fmt(r.get("loop_gain_ood")), fmt(r.get("settle_k_ood"), "g")]
+        if hard:
+            cells.append(" / ".join([fmt(r.get("k1_hard_ood")), fmt(r.get("loop_gain_hard_ood")),
+                                     fmt(r.get("settle_k_hard_ood"), "g")]))
     return "| " + " | ".join(cells) + " |"
 
 
@@ -188,13 +202,14 @@ def table(groups: dict, paper: bool = False):
             for (task, label), g in groups.items()]
     published = paper_rows() if paper else []
     hard = any(r["oracle_hard_ood"] is not None for r in rows)
-    lines = ["| " + " | ".join(HEADER + (["hard: Oracle / val-K / policy"] if hard else [])) + " |",
-             "|---" * (len(HEADER) + hard) + "|"]
+    head = HEADER + (["hard: Oracle / val-K / policy"] if hard else []) + DEPTH_HEADER + (HARD_DEPTH_HEADER if hard else [])
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    row = lambda r: format_row(r, hard, depth=True)
     for r in rows:
-        lines.append(format_row(r, hard))
-        lines += [format_row(p, hard) for p in published if (p["task"], p["setting"]) == (r["task"], r["setting"] + " (paper)")]
+        lines.append(row(r))
+        lines += [row(p) for p in published if (p["task"], p["setting"]) == (r["task"], r["setting"] + " (paper)")]
     ours = {(r["task"], r["setting"] + " (paper)") for r in rows}
-    lines += [format_row(p, hard) for p in published if p["task"] in {r["task"] for r in rows} and (p["task"], p["setting"]) not in ours]
+    lines += [row(p) for p in published if p["task"] in {r["task"] for r in rows} and (p["task"], p["setting"]) not in ours]
     lines += [""] + comparisons(rows, list(groups.values())) if len(rows) > 1 else []
     return "\n".join(lines), rows
 

@@ -99,6 +99,70 @@ def test_hard_subset_accuracy_is_over_hard_samples_only():
     assert e["metrics"]["hard_frac"][0] == pytest.approx(hard.float().mean().item())
 
 
+# depth use: lengths 10 (ID), 20, 30 (OOD, n_max 19), K = 1, 2, 3; the ID row must not count
+DEPTH_ACC = [[0.0, 0.0, 1.0], [0.5, 0.92, 0.95], [0.1, 0.6, 0.58]]
+DEPTH_HARD = [[0.0, 0.0, 1.0], None, [0.0, 0.5, 0.4]]  # no hard sample at n = 20
+
+
+def test_depth_use_on_a_hand_computed_matrix():
+    m = metrics.depth_use([10, 20, 30], DEPTH_ACC, DEPTH_HARD, 19, [1, 2, 3])
+    # K = 1: (0.5 + 0.1) / 2; best K per length: (0.95 + 0.6) / 2 = 77.5; per depth over OOD: 30, 76.0, 76.5, so K = 2
+    # is within a point of the best single depth (K = 3) and K = 1 is not
+    assert m["k1_ood"] == pytest.approx(30.0) and m["loop_gain_ood"] == pytest.approx(47.5) and m["settle_k_ood"] == 2
+    # the hard subset: n = 30 alone (n = 20 has no hard sample): 0 -> 50, depths 0, 50, 40
+    assert m["k1_hard_ood"] == pytest.approx(0.0) and m["loop_gain_hard_ood"] == pytest.approx(50.0)
+    assert m["settle_k_hard_ood"] == 2
+    # settle K is the shallowest depth within a point: a curve that climbs to the end settles at the end
+    assert metrics.depth_use([20], [[0.1, 0.5, 0.9]], None, 19, [1, 2, 3]) == {
+        "k1_ood": pytest.approx(10.0), "loop_gain_ood": pytest.approx(80.0), "settle_k_ood": 3}
+    # no K axis (one fixed depth), or no OOD length: nothing to measure
+    none = {"k1_ood": None, "loop_gain_ood": None, "settle_k_ood": None}
+    assert metrics.depth_use([20, 30], [[0.5], [0.4]], None, 19, [15]) == none
+    assert metrics.depth_use([10], [[0.5, 0.9]], None, 19, [1, 2]) == none
+
+
+def depth_eval(seed: int, acc=DEPTH_ACC, hard=DEPTH_HARD) -> dict:
+    """An eval.json of the depth-use matrices above, its metrics from metrics.metrics (what train.py writes)."""
+    rows = [{"acc": a, "val_acc": a, "tn_acc": a[-1], "per_sample_oracle": max(a), "policy_acc": a[-1],
+             "policy_depth": 3.0, "flip": [0.1, 0.1], "hard_acc": h, "hard_frac": 0.0 if h is None else 0.2,
+             "policy_hard_acc": None if h is None else h[-1]} for a, h in zip(acc, hard)]
+    cfg = {**CONFIG, "seed": seed, "T_test": 3}
+    return {"task": "dyck", "schedule": "window", "seed": seed, "n_max": N_MAX, "lengths": [10, 20, 30], "K": [1, 2, 3],
+            "acc": acc, "hard_acc": hard, "metrics": metrics.metrics([10, 20, 30], rows, {}, N_MAX, [1, 2, 3]), "config": cfg}
+
+
+def test_an_old_eval_json_gains_depth_use_when_read(tmp_path):
+    e = depth_eval(0)
+    written = {k: e["metrics"][k] for k in records.DEPTH_METRICS | records.HARD_DEPTH_METRICS}
+    assert written["loop_gain_ood"] == pytest.approx(47.5)  # metrics() writes them
+    old = {**e, "metrics": {k: v for k, v in e["metrics"].items() if k not in written}}
+    (tmp_path / "eval.json").write_text(json.dumps(old))
+    got = records.load_eval(str(tmp_path))["metrics"]
+    assert {k: got[k] for k in written} == pytest.approx(written)  # read: the same values metrics() writes
+    # a committed run of before the metrics: its file lacks them, load_eval adds them from its acc
+    d = os.path.join(ROOT, "results", "chaos", "dyck", "fixed", "seed100", "r0")
+    raw = json.load(open(os.path.join(d, "eval.json")))
+    assert "k1_ood" not in raw["metrics"]
+    m = records.load_eval(d)["metrics"]
+    ood = [i for i, n in enumerate(raw["lengths"]) if n > raw["n_max"]]
+    assert m["k1_ood"] == pytest.approx(100 * sum(raw["acc"][i][0] for i in ood) / len(ood))
+    assert m["k1_ood"] + m["loop_gain_ood"] == pytest.approx(raw["metrics"]["oracle_ood"])
+    assert m["k1_hard_ood"] + m["loop_gain_hard_ood"] == pytest.approx(raw["metrics"]["oracle_hard_ood"])
+    bad = {**old, "hard_acc": [[0.5]] * 3}  # one depth where K has three
+    (tmp_path / "eval.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="'hard_acc' must be null or hold"):
+        records.load_eval(str(tmp_path))
+
+
+def test_the_report_says_what_the_loop_adds():
+    e = {**depth_eval(0), "run_dir": "out/x"}
+    line = [l for l in metrics.format_run(e).splitlines() if "depth use" in l]
+    assert line == ["  depth use, OOD: K=1 30.0% -> best 77.5% (the loop adds 47.5 points; answers settle by K = 2); "
+                    "hard subset: 0.0% -> 50.0% (+50.0)"]
+    one = {**e, "K": [15], "metrics": {**e["metrics"], **metrics.depth_use(e["lengths"], [[a[0]] for a in e["acc"]], None, N_MAX, [15])}}
+    assert "depth use: scored at one fixed depth (K = 15), no loop to measure" in metrics.format_run(one)
+
+
 # --- tables over seeds ------------------------------------------------------------------------------
 
 def test_table_std_and_front90_on_known_runs():
@@ -113,6 +177,22 @@ def test_table_std_and_front90_on_known_runs():
     assert rows["window w=3"]["front90"] is None and rows["window w=3"]["std"] is None
     assert "| dyck | window w=5 | 3 | 50.0 | 80.0 | 80.0 | 30 | 10.0 [" in md
     assert " vs " not in md  # no test against a row of one seed
+
+
+def test_the_table_shows_depth_use_and_the_studies_rows_leave_it_out():
+    flat = [[0.0, 0.0, 1.0], [0.95, 0.92, 0.95], [0.58, 0.6, 0.58]]  # a second seed whose loop adds little
+    rows = [tables.table_row([depth_eval(0), depth_eval(1, flat), depth_eval(2, flat)])]
+    r = rows[0]
+    # K = 1: 30 and 76.5 (twice); gain 47.5 and 1.0 (twice); settle K 2, 1, 1 -> median 1
+    assert r["k1_ood"] == pytest.approx((30 + 2 * 76.5) / 3) and r["loop_gain_ood"] == pytest.approx((47.5 + 2 * 1) / 3)
+    assert r["settle_k_ood"] == 1
+    md, _ = tables.table(tables.group_runs([depth_eval(0), depth_eval(1, flat), depth_eval(2, flat)]))
+    head, _, line = md.splitlines()[:3]
+    assert head.endswith("| K=1 OOD | loop gain | settle K | hard: K=1 / gain / settle K |")
+    assert line.endswith(f"| {(30 + 2 * 76.5) / 3:.1f} | {(47.5 + 2 * 1) / 3:.1f} | 1 | {r['k1_hard_ood']:.1f} / "
+                         f"{r['loop_gain_hard_ood']:.1f} / {r['settle_k_hard_ood']:g} |")
+    assert "K=1" not in tables.format_row({**r, "setting": "window"}, True)  # results/study.py's tables: unchanged
+    assert tables.format_row({**r, "setting": "window"}, True).count("|") + 4 == line.count("|")
 
 
 def test_rows_are_keyed_on_every_setting_and_labelled_by_what_differs():

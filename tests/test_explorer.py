@@ -12,6 +12,7 @@ import pytest
 
 import evaluate
 import train
+from lab import records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = [os.path.join(ROOT, "results", "chaos", "dyck", s, "seed100", "r0") for s in ("fixed", "rl", "window")]
@@ -50,6 +51,13 @@ def test_the_page_holds_eval_json_and_the_checkpoints_answers(tmp_path, tiny):
     assert w["acc"] == [[round(a, 3) for a in row] for row in e["acc"]] and w["n_max"] == e["n_max"] == 19
     assert w["ok"][8] == max(range(len(e["acc"][8])), key=lambda k: (e["acc"][8][k], -k))  # the oracle depth at n = 40
     assert w["samples"] is None and all(r["samples"] is None for r in data["runs"][:3])  # committed: no ckpt.pt
+    # depth use (metrics.depth_use): the committed file predates it, the page has it as load_eval computes it
+    m = records.load_eval(COMMITTED[2])["metrics"]
+    assert "k1_ood" not in e["metrics"] and w["sum"]["k1_ood"] == round(m["k1_ood"], 3)
+    for k in ("loop_gain_ood", "k1_hard_ood", "loop_gain_hard_ood", "settle_k_ood", "settle_k_hard_ood"):
+        assert w["sum"][k] == round(m[k], 3) and m[k] is not None, k
+    ood = [i for i, n in enumerate(e["lengths"]) if n > e["n_max"]]
+    assert w["sum"]["k1_ood"] == pytest.approx(100 * sum(e["acc"][i][0] for i in ood) / len(ood), abs=1e-3)
     t, te = runs["tiny"], json.load(open(os.path.join(tiny, "eval.json")))
     assert any(a > 0 for row in te["acc"] for a in row)  # some sample right: the check below is not all zeros
     for i, n in enumerate(te["lengths"]):
@@ -122,6 +130,11 @@ def test_the_page_runs_in_a_browser(tmp_path, tiny):
     assert len(re.findall(r'data-ri="\d+"', dom)) == points >= 7  # every run a point, in the all-samples and the hard-subset panels
     t = data["runs"][3]  # the run view shows the tiny run: a cell per length and K, all samples and hard subset
     assert len(re.findall(r'data-i="\d+"', dom)) == len(t["n"]) * len(t["K"]) * (1 + (t["hard"] is not None))
+    # beside each heatmap row, its K = 1 column's accuracy and the loop's gain; the run's depth use in words above
+    rows = t["acc"] + [h for h in t["hard"] or [] if h]
+    k1 = re.findall(r'data-k1="\d+">(\d+)%</text><text[^>]*>\+(\d+)</text>', dom)
+    assert [(int(a), int(g)) for a, g in k1] == [(round(100 * row[0]), round(100 * (max(row) - row[0]))) for row in rows]
+    assert f"Depth use, OOD: K = 1 {t['sum']['k1_ood']:.1f}%" in dom
     assert dom.count('class="smp"') == 4  # the tiny run's 4 samples of length 3
     assert '<section id="sample" class="on"' in dom  # the hash picked the view
     assert "&lt;b&gt;tiny&lt;/b&gt;&lt;!--" in dom and "<b>tiny" not in dom  # the run's path as text, not markup
@@ -132,6 +145,11 @@ def test_the_page_runs_in_a_browser(tmp_path, tiny):
     r = chromium(tmp_path, url, "--dump-dom")
     no_script_error(r)
     assert "B - A" in r.stdout and 'id="no-samples"' in r.stdout
+    # the runs view of the loop's gain: a point per run and panel, no shortcut line (a gain is not an accuracy)
+    g = chromium(tmp_path, f"file://{path2}#view=runs&m=loop_gain", "--dump-dom")
+    no_script_error(g)
+    runs = re.search(r'<section id="runs"[^>]*>(.*?)</section>', g.stdout, re.S).group(1)
+    assert len(re.findall(r'data-ri="\d+"', runs)) == 6 and "gain (points)" in runs and "best shortcut" not in runs
     w = data2["runs"][2]
     tip = r.stdout.split('<div id="tip"', 1)[1].split("</div>", 1)[0]
     assert "display: block" in tip and "n = 40 (OOD), K = 4" in tip, tip
