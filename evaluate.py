@@ -20,6 +20,7 @@ from lab.cli import ctrl_c_at_start  # run machinery: a Ctrl-C while torch loads
 ctrl_c_at_start(__name__, "evaluate.py")
 
 import hashlib
+import json
 import math
 import os
 import sys
@@ -43,9 +44,12 @@ from lab.records import find_runs, load_eval, load_run
 class Args:
     run_dirs: tuple = opt((), "run directories, or folders holding several runs", positional=True)
     paper: bool = opt(False, "show the published rows (results/paper.json) beside ours", section="tables")
-    against: tuple = opt((), "reference runs (folders): are the runs given first from the same distribution? one "
-                              "verdict over OOD, hard-subset OOD, ID, final loss, flip rate, exit depth (location "
-                              "and spread), its false-alarm rate <= 5%% calibrated on the reference; exit 1 if it differs")
+    against: tuple = opt((), "reference runs (folders, one experiment): are the runs given first (one experiment) "
+                              "from the same distribution? one verdict over OOD, hard-subset OOD, ID, final loss, flip "
+                              "rate, exit depth (location and spread): a permutation test of both sets' runs pooled and "
+                              "re-split as the new set was built (within seeds when it shares the reference's seeds, "
+                              "whole seeds when it does not); its false-alarm rate as measured on the committed "
+                              "ensembles is in results/README.md; exit 1 if it differs")
     out: str = opt("", "also write the table to OUT.md and OUT.json")
     plot: str = opt("", "write PNG plots into this folder (needs matplotlib)")
     html: str = opt("", "write the depth explorer, one self-contained HTML page of acc[n][K] of every run (one task), "
@@ -167,9 +171,18 @@ def against(new: list, ref_dirs: list) -> int:
     if len(tasks) > 1 or len(grids) > 1:
         raise ValueError(f"--against: the runs are of {', '.join(sorted(tasks))} on {len(grids)} test grid(s); "
                          f"compare runs of one task scored on one grid (the same --test_lengths and n_max)")
-    overlap = {os.path.realpath(e["run_dir"]) for e in new} & {os.path.realpath(e["run_dir"]) for e in ref}
-    if overlap:
-        raise ValueError(f"--against: {len(overlap)} run(s) are in both sets (e.g. {sorted(overlap)[0]}); a run cannot be its own reference")
+    for name, runs in (("the new runs", new), ("--against", ref)):
+        rows = tables.group_runs(runs)  # one experiment a side; a run and its copy (cp -r run run.bak) are refused here
+        if len(rows) > 1:
+            raise ValueError(f"{name}: {len(rows)} experiments ({'; '.join(label for _, label in rows)}); --against holds "
+                             f"one experiment to another: name the folders of one")
+    # a run is its replicate and its results: a copy of a reference run (or a rerun that changed no number) is no new draw
+    identity = lambda e: (tables.replicate(e), json.dumps([e["acc"], e.get("hard_acc"), e["metrics"]], sort_keys=True))
+    seen = {identity(e): e["run_dir"] for e in ref}
+    for e in new:
+        if identity(e) in seen:
+            raise ValueError(f"--against: the new run {e['run_dir']} has the seed, replicate and results of the reference's "
+                             f"{seen[identity(e)]} (a copy, or a rerun that changed no number); a run cannot be its own reference")
     r = compare.against(new, ref)
     print("\n".join(compare.against_lines(r)))
     return 1 if r["verdict"] == "differs" else 0

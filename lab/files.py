@@ -80,11 +80,10 @@ def parse_json(text):
         raise ValueError("nested too deeply to be a file the project wrote") from None
 
 
-def load_json(path: str):
-    """The one way the project reads a JSON file (eval.json, config.json, choice.json, readouts.json, chaos.json,
-    the results' records): a regular file only (opened without blocking, so a FIFO is refused instead of hanging
-    the reader), at most MAX_JSON bytes, UTF-8, parsed by parse_json. Raises OSError or ValueError (the reason
-    alone: the caller names the file)."""
+def read_text(path: str) -> str:
+    """The one way the project reads a file it wrote (load_json's JSON files, a run's metrics.jsonl): a regular file
+    only (opened without blocking, so a FIFO is refused instead of hanging the reader), at most MAX_JSON bytes,
+    UTF-8. Raises OSError or ValueError (the reason alone: the caller names the file)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
@@ -94,10 +93,16 @@ def load_json(path: str):
             raise ValueError(f"{st.st_size} bytes, more than the {MAX_JSON} a file of the project can hold")
         data = f.read(MAX_JSON + 1)
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text") from None
-    return parse_json(text)
+
+
+def load_json(path: str):
+    """The one way the project reads a JSON file (eval.json, config.json, choice.json, readouts.json, chaos.json,
+    the results' records): read_text, parsed by parse_json. Raises OSError or ValueError (the reason alone: the
+    caller names the file)."""
+    return parse_json(read_text(path))
 
 
 def read_json(path: str):

@@ -15,10 +15,12 @@ unpaired ones stay beside them.
     sign_flip(d)           paired sign-flip permutation test of a mean difference (exact below 2^16 patterns),
                            one- or two-sided; sign_flip_interval(d): its inversion, a 95% interval that covers
     holm(ps)               Holm's step-down adjustment of a family of p-values
+    binomial_interval(k, n) Clopper-Pearson 95% interval of a rate seen k times in n (a false-alarm rate, a power)
     welch(a, b)            Welch's t-test of the means (unequal variances), two-sided p
     brown_forsythe(a, b)   Brown-Forsythe test of the spreads: one-way ANOVA on |x - median of its group|
                            (Levene's test with medians), p of the F statistic
-    bootstrap_std(a)       sample standard deviation (ddof 1) with a percentile bootstrap 95% interval
+    std_interval(a)        sample standard deviation (ddof 1) over runs with its chi-square 95% interval (a seed's
+                           replicates: at the runs' effective count)
     power(a, b, n)         how often Brown-Forsythe gives p < 0.05 with n seeds per group, by resampling
                            pilot seeds (with replacement)
 
@@ -108,26 +110,63 @@ def brown_forsythe(*groups) -> dict:
     return {"F": F, "p": f_upper_p(F, k - 1, N - k)}
 
 
-def bootstrap_std(a, n_boot: int = 10_000, seed: int = 0) -> dict:
-    """Sample standard deviation (ddof 1) and its percentile bootstrap 95% interval (resampling seeds with
-    replacement, a fixed generator: the same numbers every time). a: one value a seed, or one list a seed (its
-    --perturb replicates: the Std is over all runs, the resampling draws a seed's runs together)."""
+def gammainc(a: float, x: float) -> float:
+    """Regularised lower incomplete gamma P(a, x) = gamma(a, x) / Gamma(a), for a > 0, x >= 0: its series below
+    x = a + 1, else 1 - its continued fraction (Numerical Recipes, section 6.2)."""
+    if x <= 0:
+        return 0.0
+    log_front = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1:  # P = front / a * sum_n x^n / ((a + 1) ... (a + n))
+        term = total = 1.0 / a
+        for n in range(1, 1000):
+            term *= x / (a + n)
+            total += term
+            if abs(term) < abs(total) * 1e-15:
+                break
+        return math.exp(log_front) * total
+    tiny, b = 1e-300, x + 1 - a  # Q = front / (x + 1 - a - 1 (1 - a) / (x + 3 - a - ...)), modified Lentz
+    c, d = 1 / tiny, 1 / b
+    h = d
+    for i in range(1, 1000):
+        an, b = -i * (i - a), b + 2
+        d = an * d + b
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = b + an / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return 1.0 - math.exp(log_front) * h
+
+
+def chi2_quantile(q: float, df: float) -> float:
+    """The q-quantile of the chi-square distribution with df degrees of freedom: P(df/2, x/2) = q, by bisection."""
+    lo, hi = 0.0, max(1.0, 2 * df)
+    while gammainc(df / 2, hi / 2) < q:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gammainc(df / 2, mid / 2) < q else (lo, mid)
+    return (lo + hi) / 2
+
+
+def std_interval(a, alpha: float = 0.05) -> dict:
+    """Sample standard deviation (ddof 1) over runs and its chi-square (1 - alpha) interval
+    [s sqrt(f / chi2_{1-alpha/2}(f)), s sqrt(f / chi2_{alpha/2}(f))], f = n - 1 for n runs of n seeds (exact for
+    normal runs). a: one value a seed, or one list a seed (its --perturb replicates): then f = N_eff - 1, N_eff the
+    runs' effective count (effective_runs: a seed's replicates share its part of the variance). Its coverage at
+    these counts is checked by simulation in tests/test_stats.py."""
     if len(a) and isinstance(a[0], (list, tuple, np.ndarray)):
-        cl = [np.asarray(c, float) for c in a]
-        y = np.concatenate(cl)
-        if len(y) < 2:
-            return {"std": None, "lo": None, "hi": None}
-        idx = np.random.default_rng(seed).integers(0, len(cl), (n_boot, len(cl)))
-        boots = [np.concatenate([cl[i] for i in row]).std(ddof=1) for row in idx]
-        lo, hi = np.percentile(boots, [2.5, 97.5])
-        return {"std": float(y.std(ddof=1)), "lo": float(lo), "hi": float(hi)}
-    a = np.asarray(a, float)
-    if len(a) < 2:
+        cl = [np.asarray(c, float) for c in a if len(c)]
+        y, n = np.concatenate(cl) if cl else np.array([]), effective_runs(cl) if cl else 0.0
+    else:
+        y = np.asarray(a, float)
+        n = float(len(y))
+    if len(y) < 2 or n < 2:
         return {"std": None, "lo": None, "hi": None}
-    idx = np.random.default_rng(seed).integers(0, len(a), (n_boot, len(a)))
-    boots = a[idx].std(axis=1, ddof=1)
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return {"std": float(a.std(ddof=1)), "lo": float(lo), "hi": float(hi)}
+    s, f = float(y.std(ddof=1)), n - 1
+    return {"std": s, "lo": s * math.sqrt(f / chi2_quantile(1 - alpha / 2, f)),
+            "hi": s * math.sqrt(f / chi2_quantile(alpha / 2, f)), "dof": f}
 
 
 def power(a, b, n: int, test=brown_forsythe, alpha: float = 0.05, reps: int = 2000, seed: int = 0) -> float:
@@ -293,6 +332,25 @@ def sign_flip_interval(d, alpha: float = 0.05, iters: int = 30) -> tuple:
             inside, outside = (mid, outside) if sign_flip(d, shift=mid) >= alpha else (inside, mid)
         return inside
     return edge(-1.0), edge(1.0)
+
+
+def beta_quantile(q: float, a: float, b: float) -> float:
+    """The x with I_x(a, b) = q (bisection on betainc)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if betainc(a, b, mid) < q else (lo, mid)
+    return (lo + hi) / 2
+
+
+def binomial_interval(k: int, n: int, alpha: float = 0.05) -> tuple:
+    """Clopper and Pearson's exact (1 - alpha) interval of a rate observed k times in n: [B(alpha/2; k, n - k + 1),
+    B(1 - alpha/2; k + 1, n - k)], B the beta quantile; 0 and 1 at the ends (k = 0, k = n)."""
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"binomial_interval: k = {k} of n = {n}; need 0 <= k <= n and n >= 1")
+    lo = 0.0 if k == 0 else beta_quantile(alpha / 2, k, n - k + 1)
+    hi = 1.0 if k == n else beta_quantile(1 - alpha / 2, k + 1, n - k)
+    return lo, hi
 
 
 def holm(ps: list) -> list:

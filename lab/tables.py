@@ -9,8 +9,8 @@ is labelled by its schedule, the schedule's own depth knobs (c, w) and every set
 between the rows of its task.
 
     Oracle OOD    mean over runs of the Oracle OOD (%); one run a seed, or a seed's --perturb replicates
-    Std           sample standard deviation (ddof 1) over runs of the Oracle OOD (pp) [bootstrap 95% interval, seeds
-                  resampled: a seed's replicates drawn together]
+    Std           sample standard deviation (ddof 1) over runs of the Oracle OOD (pp) [chi-square 95% interval; with a
+                  seed's replicates, at the runs' effective count (stats.std_interval)]
     Front@90      read off the seed-mean oracle curve
     val-K OOD, ID-K OOD, Gap, Policy OOD, exit depth, flip rate: means over seeds
     shortcut      the best trivial predictor's OOD exact match (the same for every seed: fixed test sets)
@@ -32,9 +32,11 @@ from lab import compare, stats
 from lab.files import atomic_write, read_json
 from metrics import fmt
 
-# --perturb replicates of one seed (--perturb_seed J, same EPS) are runs of the same experiment: a row holds them
-# all (replicate()). EPS itself is part of the experiment: an unperturbed run, or one nudged by another EPS, is
-# another row (a study that pools them, as results/chaos.py pools r 0 with its replicates, says so itself)
+# --perturb replicates of a seed are runs of the same experiment: a seed's plain run and its runs nudged by a
+# rounding-sized --perturb EPS --perturb_seed J share its row, as results/chaos.py pools r 0 with r 1-4 (replicate()
+# keeps them apart within the row, and the row's tests count the seed once). A larger EPS changes the experiment
+# (its runs start elsewhere, not one rounding away): another row, labelled by it.
+REPLICATE_EPS = 1e-5  # under a hundred float32 roundings (2^-23 each): a replicate; above it, part of the key
 BOOKKEEPING = {"perturb_seed", "seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
                "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset", "stack", "static",
                "tf32"}
@@ -51,6 +53,7 @@ def run_key(e: dict) -> tuple:
     does not know (added to train.py later, off by default) counts as its default."""
     c, s, t = {**dataclasses.asdict(Config()), **e["config"]}, e["schedule"], e["task"]
     c["c"] = Config(c=c["c"], T_max=c["T_max"]).depth_c  # c = 0 and c = T_max: one experiment, labelled by its depth
+    c["perturb"] = c["perturb"] if c["perturb"] > REPLICATE_EPS else 0.0  # a rounding-sized nudge: a replicate
     own = set(settings(s)) if s in SCHEDULES else set(ntp.SETTINGS.get(s, ()))
     drop = BOOKKEEPING | (SCHEDULE_KNOBS - own) | (TASK_KNOBS - set(TASKS[t].knobs if t in TASKS else ()))
     return tuple(sorted((k, v) for k, v in {**c, "task": t, "schedule": s}.items() if k not in drop))
@@ -121,8 +124,8 @@ def table_row(evals: list[dict]) -> dict:
             by_seed.setdefault(e["seed"], []).append(e["metrics"]["oracle_ood"])
     # --perturb replicates: the pooled within-seed Std, sqrt(sum_s sum_r (y_sr - ybar_s)^2 / sum_s (R_s - 1))
     dof = sum(len(v) - 1 for v in by_seed.values())
-    # the Std's interval resamples seeds: with replicates, a seed's runs are drawn together (one cluster)
-    spread = stats.bootstrap_std(list(by_seed.values()) if dof else per_seed)
+    # the Std's interval: chi-square, with replicates at the runs' effective count (a seed's runs share its part)
+    spread = stats.std_interval(list(by_seed.values()) if dof else per_seed)
     within = {"replicates": True, "n_seeds": len(by_seed), "within_seed_std": math.sqrt(sum(
         (y - statistics.fmean(v)) ** 2 for v in by_seed.values() for y in v) / dof) if dof else None} if dof else {}
     return {**within, "task": evals[0]["task"], "schedule": evals[0]["schedule"], "seeds": len(evals),
