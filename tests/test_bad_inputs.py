@@ -222,9 +222,9 @@ def test_bad_input_from_the_shell():
 def test_bad_input_to_the_study_scripts(tmp_path, script, env, argv, word):
     """A typo must not start hours of training (or spend a GPU lease): the script, copied alone into an
     empty tree, exits 2 with one line and writes nothing there."""
-    path = tmp_path / "results" / script
+    path = tmp_path / "study" / script
     path.parent.mkdir(parents=True)
-    path.write_bytes(open(os.path.join(ROOT, "results", script), "rb").read())
+    path.write_bytes(open(os.path.join(ROOT, "study", script), "rb").read())
     r = subprocess.run(["bash", str(path), *argv], capture_output=True, text=True, env={**os.environ, **env},
                        cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr and not r.stdout, r
@@ -233,9 +233,9 @@ def test_bad_input_to_the_study_scripts(tmp_path, script, env, argv, word):
 
 @pytest.mark.parametrize("script", ["study.py", "ladder.py", "recipes.py"])
 def test_the_table_scripts_refuse_arguments(script):
-    """results/*.py take no arguments; a stray one is a typo, refused before any table is written."""
+    """study/*.py take no arguments; a stray one is a typo, refused before any table is written."""
     readme = open(os.path.join(ROOT, "results", "README.md"), "rb").read()
-    r = subprocess.run([sys.executable, os.path.join("results", script), "--tables-only"], cwd=ROOT,
+    r = subprocess.run([sys.executable, os.path.join("study", script), "--tables-only"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert open(os.path.join(ROOT, "results", "README.md"), "rb").read() == readme
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--tables-only" in r.stderr and not r.stdout, r

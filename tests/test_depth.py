@@ -1,4 +1,4 @@
-"""results/depth.py, the depth-use study: the declared analysis on made-up runs in a temporary tree (each slot
+"""study/depth.py, the depth-use study: the declared analysis on made-up runs in a temporary tree (each slot
 checked against its declared command, complete seeds only, no verdict below 8 pairs, Holm over the three claims,
 the declared words), and the exploratory table (seed means first, replicates one cluster) against its committed
 output."""
@@ -13,7 +13,7 @@ import pytest
 
 import metrics
 from lab import stats
-from results import depth
+from study import depth
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTHS, N_MAX, K = [10, 25], 19, [1, 2, 3, 4]
@@ -37,7 +37,7 @@ def made_up(row: str, k: int, hard: float, settle: int = 2, policy_id: float = 1
 
 @pytest.fixture
 def tree(tmp_path, monkeypatch):
-    """results/depth.py pointed at an empty repository in tmp_path; write(e) puts a run into its slot."""
+    """study/depth.py pointed at an empty repository in tmp_path; write(e) puts a run into its slot."""
     monkeypatch.setattr(depth, "ROOT", str(tmp_path))
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "README.md").write_text("x\n<!-- depth:begin -->\n<!-- depth:end -->\n"
@@ -109,7 +109,7 @@ def test_a_foreign_run_in_a_slot_is_named_and_stops_the_queue(tree):
 
 
 def test_bad_arguments_are_one_line_and_exit_2():
-    p = subprocess.run([sys.executable, "results/depth.py", "--bogus"], cwd=ROOT, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "study/depth.py", "--bogus"], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--bogus" in p.stderr and not p.stdout
 
 

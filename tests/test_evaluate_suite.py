@@ -191,7 +191,7 @@ def test_the_table_shows_depth_use_and_the_studies_rows_leave_it_out():
     assert head.endswith("| K=1 OOD | loop gain | settle K | hard: K=1 / gain / settle K |")
     assert line.endswith(f"| {(30 + 2 * 76.5) / 3:.1f} | {(47.5 + 2 * 1) / 3:.1f} | 1 | {r['k1_hard_ood']:.1f} / "
                          f"{r['loop_gain_hard_ood']:.1f} / {r['settle_k_hard_ood']:g} |")
-    assert "K=1" not in tables.format_row({**r, "setting": "window"}, True)  # results/study.py's tables: unchanged
+    assert "K=1" not in tables.format_row({**r, "setting": "window"}, True)  # study/study.py's tables: unchanged
     assert tables.format_row({**r, "setting": "window"}, True).count("|") + 4 == line.count("|")
 
 

@@ -222,9 +222,9 @@ def test_wrong_f_every_segment_of_a_resumed_run_keeps_its_settings_and_env(base,
 
 
 def test_wrong_g_study_sh_reruns_a_one_seed_row_whose_flags_changed(tmp_path):
-    """The row() of results/study.sh with python stubbed: a finished one-seed row still goes to train.py (with
+    """The row() of study/study.sh with python stubbed: a finished one-seed row still goes to train.py (with
     --resume, which reports it again, or refuses it when the flags changed), not skipped for its eval.json."""
-    text = open(os.path.join(ROOT, "results", "study.sh")).read()
+    text = open(os.path.join(ROOT, "study", "study.sh")).read()
     func = text[text.index("row() {"):text.index("main_rows() {")]
     (tmp_path / "results" / "study" / "logs").mkdir(parents=True)
     seed0 = tmp_path / "results" / "study" / "copy" / "ntp" / "seed0"
@@ -249,7 +249,7 @@ def test_wrong_h_theory_checks_refuse_degenerate_inputs_instead_of_violated(base
 # --- tracebacks -----------------------------------------------------------------------------------------
 
 def test_tracebacks_recipes_py_regenerates_its_table_without_matplotlib(tmp_path, monkeypatch, capsys):
-    from results import recipes
+    from study import recipes
     readme = tmp_path / "README.md"
     readme.write_text("<!-- recipes:begin -->\nold\n<!-- recipes:end -->\n")
     monkeypatch.setattr(recipes, "README", str(readme))

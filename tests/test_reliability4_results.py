@@ -1,4 +1,4 @@
-"""Reliability of the study scripts (results/*.sh, results/study.py, ladder.py, threads.py): a damaged or
+"""Reliability of the study scripts (results/*.sh, study/study.py, ladder.py, threads.py): a damaged or
 hand-edited results/round2/TASK/choice.json, a bad THREADS, a seed in two places and a malformed eval.json each
 get one line on stderr and exit 2, with nothing trained or written; a queue runs with its declared thread count
 whatever the caller exports. Every script runs on a temporary copy of the code and made-up or copied runs, never
@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from results import ladder, study
+from study import ladder, study
 
 ROOT = study.ROOT
-# a choice as results/ladder.py records it; reuse relative to the repository root (here: a temporary tree)
+# a choice as study/ladder.py records it; reuse relative to the repository root (here: a temporary tree)
 GOOD = {"task": "copy", "rung": "r2", "first": 0, "seeds": 16, "why": "a test", "flags": "--max_iters 4500 --d_model 64",
         "reuse": {"fixed": "old/fixed"}, "chosen_from": "a test"}
 CHOICE = os.path.join("results", "round2", "copy", "choice.json")
@@ -54,11 +54,12 @@ def choice_text(case: str) -> str:
 def scripts(tmp_path, *names):
     """A bare tree with copies of some results/ scripts, round two's folder and a reuse folder old/fixed."""
     (tmp_path / "results" / "round2" / "copy").mkdir(parents=True)
+    (tmp_path / "study").mkdir()
     (tmp_path / "old" / "fixed").mkdir(parents=True)
     for name in names:
-        shutil.copy(os.path.join(ROOT, "results", name), tmp_path / "results" / name)
+        shutil.copy(os.path.join(ROOT, "study", name), tmp_path / "study" / name)
     (tmp_path / "lab").mkdir()
-    for name in ("__init__.py", "cli.py", "files.py"):  # results/choice.py reads choice.json with lab/files.py's JSON reader
+    for name in ("__init__.py", "cli.py", "files.py"):  # study/choice.py reads choice.json with lab/files.py's JSON reader
         shutil.copy(os.path.join(ROOT, "lab", name), tmp_path / "lab" / name)
     return tmp_path
 
@@ -87,15 +88,15 @@ def copy_r1(tree, task="copy"):
 
 def fake_python(tmp_path):
     """A `python` first on PATH that stands in for train.py (records its command, writes eval.json) and for the
-    table scripts (records them); anything else (results/choice.py, `python -`) goes to the real interpreter."""
+    table scripts (records them); anything else (study/choice.py, `python -`) goes to the real interpreter."""
     ran = tmp_path / "ran.txt"
     fake = tmp_path / "bin" / "python"
     fake.parent.mkdir()
     fake.write_text(f'#!/usr/bin/env bash\ncase "$1" in\n'
                     f'  train.py) echo "$*" >> "{ran}"; while [ "$1" != --out_dir ]; do shift; done\n'
                     f'    mkdir -p "$2"; echo "{{}}" > "$2/eval.json"; exit 0 ;;\n'
-                    f'  results/choice.py) ;;\n'  # round2.sh's check of choice.json: the real one
-                    f'  results/*.py) echo "$*" >> "{ran}"; exit 0 ;;\n'
+                    f'  study/choice.py) ;;\n'  # round2.sh's check of choice.json: the real one
+                    f'  study/*.py) echo "$*" >> "{ran}"; exit 0 ;;\n'
                     f'esac\nexec "{sys.executable}" "$@"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     return ran
@@ -133,11 +134,11 @@ def files(tree) -> dict:
 def test_round2_sh_refuses_a_bad_choice_in_one_line_and_trains_nothing(tmp_path, case):
     tree = scripts(tmp_path, "round2.sh", "lanes.sh", "choice.py")
     (tree / CHOICE).write_text(choice_text(case))
-    r = bash(tree, "results/round2.sh", "--list", env=env())
+    r = bash(tree, "study/round2.sh", "--list", env=env())
     one_line(r, CHOICE)
     assert r.stdout == ""
     ran = fake_python(tmp_path)
-    one_line(bash(tree, "results/round2.sh", env=env(tmp_path)), CHOICE)
+    one_line(bash(tree, "study/round2.sh", env=env(tmp_path)), CHOICE)
     assert not ran.exists() and not (tree / "results" / "round2" / "logs").exists()
 
 
@@ -156,7 +157,7 @@ def test_study_and_ladder_refuse_the_same_bad_choices(tmp_path, monkeypatch, cas
 def test_a_choice_as_the_ladder_records_it_passes_every_reader(tmp_path, monkeypatch):
     tree = scripts(tmp_path, "round2.sh", "lanes.sh", "choice.py")
     (tree / CHOICE).write_text(json.dumps(GOOD))
-    r = bash(tree, "results/round2.sh", "--list", env=env())
+    r = bash(tree, "study/round2.sh", "--list", env=env())
     assert r.returncode == 0 and r.stderr == "", r.stderr
     runs = [line.split(maxsplit=3) for line in r.stdout.splitlines()]
     assert len(runs) == 16 * len(study.MAIN) and all(flags.endswith(" " + GOOD["flags"]) for *_, flags in runs)
@@ -167,13 +168,13 @@ def test_a_choice_as_the_ladder_records_it_passes_every_reader(tmp_path, monkeyp
     ema = GOOD | {"flags": "--max_iters 2400 --d_model 64 --ema 0.999"}  # rE's flags, as record() writes them
     (tree / CHOICE).write_text(json.dumps(ema))
     assert study.round_two("copy")[0] == ema
-    assert bash(tree, "results/round2.sh", "--list", env=env()).stdout.splitlines()[0].endswith(" --ema 0.999")
+    assert bash(tree, "study/round2.sh", "--list", env=env()).stdout.splitlines()[0].endswith(" --ema 0.999")
 
 
 def test_the_committed_choices_pass_and_the_rules_agree_with_the_ladder():
     for task in ("copy", "dyck"):
         assert study.read_choice(task)["task"] == task  # reads only
-    from results import choice
+    from study import choice
     assert choice.FIRST == (0, ladder.SEEDS) and set(choice.RUNGS) == set(ladder.RUNGS)
     assert choice.SEEDS == len(study.declared("fixed")) and choice.MAIN == study.MAIN
 
@@ -191,7 +192,7 @@ def test_ladder_writes_its_choice_atomically(tmp_path, monkeypatch):
 
 
 def threads_tree(tmp_path):
-    """A code tree for results/threads.sh: round two's choice.json for copy and dyck, the old fixed row."""
+    """A code tree for study/threads.sh: round two's choice.json for copy and dyck, the old fixed row."""
     tree = code_tree(tmp_path)
     (tree / "old" / "fixed").mkdir(parents=True)
     for task in ("copy", "dyck"):
@@ -204,7 +205,7 @@ def test_threads_sh_refuses_a_bad_choice_before_training_anything(tmp_path):
     tree = threads_tree(tmp_path)
     (tree / "results" / "round2" / "dyck" / "choice.json").write_text(json.dumps(GOOD | {"task": "dyck", "flags": "--lr 10"}))
     ran = fake_python(tmp_path)
-    one_line(bash(tree, "results/threads.sh", env=env(tmp_path)), os.path.join("results", "round2", "dyck", "choice.json"))
+    one_line(bash(tree, "study/threads.sh", env=env(tmp_path)), os.path.join("results", "round2", "dyck", "choice.json"))
     assert not ran.exists() and not (tree / "results" / "threads").exists()  # copy's runs did not start either
 
 
@@ -216,7 +217,7 @@ def test_a_queue_trains_with_its_declared_one_thread_whatever_the_caller_exports
     (tree / CHOICE).write_text(json.dumps(GOOD))
     (tree / "results" / "ladder.py").write_text("")  # ladder.sh runs it if present: the fake python stands in
     ran = fake_python(tmp_path)
-    r = bash(tree, f"results/{script}", env=env(tmp_path, THREADS="2"))
+    r = bash(tree, f"study/{script}", env=env(tmp_path, THREADS="2"))
     assert r.returncode == 0, r.stderr
     runs = [line for line in ran.read_text().splitlines() if line.startswith("train.py")]
     assert len(runs) == (16 * len(study.MAIN) if script == "round2.sh" else 144)
@@ -226,7 +227,7 @@ def test_a_queue_trains_with_its_declared_one_thread_whatever_the_caller_exports
 def test_threads_sh_keeps_its_two_threads(tmp_path):
     tree = threads_tree(tmp_path)
     ran = fake_python(tmp_path)
-    r = bash(tree, "results/threads.sh", env=env(tmp_path, THREADS="1"))
+    r = bash(tree, "study/threads.sh", env=env(tmp_path, THREADS="1"))
     assert r.returncode == 0, r.stderr
     runs = [line for line in ran.read_text().splitlines() if line.startswith("train.py")]
     assert len(runs) == 6 and all(" --threads 2 " in line and line.endswith(GOOD["flags"]) for line in runs), runs
@@ -236,7 +237,7 @@ def test_threads_sh_keeps_its_two_threads(tmp_path):
 def test_lanes_sh_refuses_a_bad_thread_count(tmp_path, threads):
     tree = scripts(tmp_path, "lanes.sh")
     ran = fake_python(tmp_path)
-    one_line(bash(tree, "results/lanes.sh", "logs", input="results/x/t/r/seed0 t 0 --x\n",
+    one_line(bash(tree, "study/lanes.sh", "logs", input="results/x/t/r/seed0 t 0 --x\n",
                   env=env(tmp_path, THREADS=threads)), f"THREADS={threads}")
     assert not ran.exists() and not (tree / "logs").exists()
 
@@ -250,13 +251,13 @@ def test_the_tables_report_a_damaged_choice_in_one_line_and_write_nothing(tmp_pa
     (tree / CHOICE).parent.mkdir(parents=True)
     (tree / CHOICE).write_text(choice_text("truncated"))
     before = files(tree)
-    one_line(bash(tree, f"results/{script}", "--tables-only", env=env()), CHOICE, "not valid JSON")
+    one_line(bash(tree, f"study/{script}", "--tables-only", env=env()), CHOICE, "not valid JSON")
     assert files(tree) == before
 
 
 # --- case 4: a seed in round two's folder and in its reuse folder: one line -----------------------------------
 
-@pytest.mark.parametrize("command", [["bash", "results/study.sh", "--tables-only"], ["python", "results/threads.py"]])
+@pytest.mark.parametrize("command", [["bash", "study/study.sh", "--tables-only"], ["python", "study/threads.py"]])
 def test_a_seed_trained_twice_is_one_line(tmp_path, command):
     tree = code_tree(tmp_path)
     (tree / "results" / "study" / "copy").mkdir(parents=True)
@@ -289,5 +290,5 @@ def test_a_malformed_eval_json_stops_the_tables_in_one_line(tmp_path, script, da
     e = json.load(open(os.path.join(ROOT, "results", "study", "copy", "fixed", "seed0", "eval.json")))
     (bad / "eval.json").write_text(json.dumps(DAMAGE[damage](e)))
     before = files(tree)
-    one_line(bash(tree, f"results/{script}", "--tables-only", env=env()), os.path.relpath(bad / "eval.json", tree))
+    one_line(bash(tree, f"study/{script}", "--tables-only", env=env()), os.path.relpath(bad / "eval.json", tree))
     assert files(tree) == before

@@ -6,7 +6,7 @@ most the work since the last checkpoint. Each test failed on the code before its
     D8  theory_checks.py / bench.py --json onto a run's own file (eval.json, ckpt.pt)
     S16 --perturb below float32's resolution changed no weight and was called a replicate
     S17 --perturb EPS is part of a row's key: a plain run and a perturbed one are two rows
-    S19 results/chaos.py counted whatever run sat in a slot
+    S19 study/chaos.py counted whatever run sat in a slot
     S20 NaN EMA weights in ckpt.pt were resumed and read out
     T18-T22 deeply nested JSON, a torn slot, a damaged chaos.json, a row with no converged run: tracebacks
     H2  a FIFO named choice.json hung its readers
@@ -33,7 +33,7 @@ import evaluate
 import theory_checks
 import train
 from lab import checkpoint, checks, cli, files, tables
-from results import chaos, choice, exclusions
+from study import chaos, choice, exclusions
 
 from test_bad_inputs import TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)
 
@@ -62,10 +62,10 @@ def command_line(proc, want=2) -> str:
 
 
 def chaos_copy(tmp_path) -> str:
-    """results/chaos.py copied into a scratch repository tmp_path (ROOT is its parent's parent), with a
+    """study/chaos.py copied into a scratch repository tmp_path (ROOT is its parent's parent), with a
     results/README.md holding the chaos markers; the project's modules come from PYTHONPATH."""
     os.makedirs(tmp_path / "results")
-    shutil.copy(os.path.join(ROOT, "results", "chaos.py"), tmp_path / "results" / "chaos.py")
+    shutil.copy(os.path.join(ROOT, "study", "chaos.py"), tmp_path / "results" / "chaos.py")
     (tmp_path / "results" / "README.md").write_text("# notebook\n" + "filler line of the notebook\n" * 3000
                                                     + "<!-- chaos:begin -->\nold\n<!-- chaos:end -->\nend\n")
     return str(tmp_path / "results" / "chaos.py")
@@ -168,12 +168,15 @@ def fake(seed, eps, j, ood):
 
 
 def test_s17_perturb_eps_is_part_of_a_rows_key():
+    """S17 (round five), revised by issue 68: a rounding-sized --perturb (at most tables.REPLICATE_EPS) is a
+    replicate of its seed's plain run, as --perturb_seed is, so the plain and nudged runs share one row; a larger EPS
+    starts elsewhere and is another row, labelled by it."""
     plain = [fake(0, 0.0, 0, 10.0), fake(1, 0.0, 0, 20.0)]
     small = [fake(0, 1e-6, j, 10.0 + j) for j in (1, 2)]
     large = [fake(0, 1e-3, j, 12.0 + j) for j in (1, 2)]
     groups = tables.group_runs(plain + small + large)
-    assert sorted(len(g) for g in groups.values()) == [2, 2, 2]
-    assert {label for _, label in groups} == {"fixed c=20 perturb=0", "fixed c=20 perturb=1e-06", "fixed c=20 perturb=0.001"}
+    assert sorted(len(g) for g in groups.values()) == [2, 4]
+    assert {label for _, label in groups} == {"fixed c=20 perturb=0", "fixed c=20 perturb=0.001"}
     assert len({tables.run_key(e) for e in small}) == 1  # perturb_seed stays the replicate, not the key
 
 
@@ -275,7 +278,7 @@ def test_h2_a_fifo_named_choice_json_is_refused_not_read(tmp_path):
     folder = tmp_path / "results" / "round2" / "dyck"
     folder.mkdir(parents=True)
     os.mkfifo(folder / "choice.json")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "results", "choice.py"), "dyck"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "study", "choice.py"), "dyck"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
     assert "choice.json" in command_line(proc) and "regular file" in proc.stderr
     with pytest.raises(ValueError, match="regular file"):
@@ -284,11 +287,12 @@ def test_h2_a_fifo_named_choice_json_is_refused_not_read(tmp_path):
 
 def test_h2_round2_sh_list_refuses_a_fifo_named_choice_json(tmp_path):
     (tmp_path / "results" / "round2" / "dyck").mkdir(parents=True)
+    (tmp_path / "study").mkdir()
     for name in ("round2.sh", "lanes.sh", "choice.py"):
-        shutil.copy(os.path.join(ROOT, "results", name), tmp_path / "results" / name)
+        shutil.copy(os.path.join(ROOT, "study", name), tmp_path / "study" / name)
     shutil.copytree(os.path.join(ROOT, "lab"), tmp_path / "lab")  # choice.py reads with lab/cli.py
     os.mkfifo(tmp_path / "results" / "round2" / "dyck" / "choice.json")
-    proc = subprocess.run(["bash", str(tmp_path / "results" / "round2.sh"), "--list"], cwd=tmp_path, capture_output=True,
+    proc = subprocess.run(["bash", str(tmp_path / "study" / "round2.sh"), "--list"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert "choice.json" in command_line(proc) and proc.stdout == ""
 
@@ -305,12 +309,12 @@ def test_t20_a_torn_eval_json_in_a_chaos_slot_is_one_line(tmp_path):
 
 def test_t20_every_study_script_runs_its_main_through_cli_run():
     """cli.run turns a ValueError (bad input), an OSError (a full disk) and Ctrl-C into one line."""
-    for f in sorted(os.listdir(os.path.join(ROOT, "results"))):
-        if f.endswith(".py") and f != "__init__.py":
-            text = open(os.path.join(ROOT, "results", f)).read()
+    for f in sorted(os.listdir(os.path.join(ROOT, "study"))):
+        if f.endswith(".py"):
+            text = open(os.path.join(ROOT, "study", f)).read()
             if "__main__" in text:
                 main = text.split('if __name__ == "__main__":', 1)[1]
-                assert "run(" in main, f"results/{f}: its __main__ does not go through cli.run"
+                assert "run(" in main, f"study/{f}: its __main__ does not go through cli.run"
 
 
 @pytest.mark.parametrize("text, words", [('{"rows": {"fixed": ', "unreadable"),

@@ -8,14 +8,14 @@ import pytest
 
 import config
 from lab import records, stats
-from results import recipes
+from study import recipes
 
 
 @pytest.fixture
 def round2(tmp_path, monkeypatch):
     """An empty round-two folder in place of results/round2: no recorded choice, so a test sees the rule's own
     pick, not the repository's record."""
-    from results import study
+    from study import study
     monkeypatch.setattr(study, "ROUND2", str(tmp_path))
     return tmp_path
 
@@ -49,7 +49,7 @@ def unconverged(runs, seeds, policy_id=90.0):
 
 
 def test_study_verdicts_follow_the_evidence():
-    from results import study
+    from study import study
     tight, wide = study_rows()
     claims = lambda rows: {v.claim.text: v for v in study.verdicts("toy", rows)}
     key = "window has a smaller spread of Oracle OOD than matched"
@@ -74,7 +74,7 @@ def test_study_verdicts_follow_the_evidence():
 
 
 def test_holm_adjusts_over_the_claims_of_a_task():
-    from results import study
+    from study import study
     tight, wide = study_rows()
     rows = {"window": tight, "matched": wide, "fixed": wide, "rl": tight}
     vs = [v for v in study.verdicts("toy", rows) if v.result is not None]
@@ -86,8 +86,8 @@ def test_holm_adjusts_over_the_claims_of_a_task():
 def test_study_sh_trains_the_seeds_study_py_plans():
     import re
 
-    from results import study
-    text = open(os.path.join(study.ROOT, "results", "study.sh")).read()
+    from study import study
+    text = open(os.path.join(study.ROOT, "study", "study.sh")).read()
     loop_tasks = re.search(r"for t in ([\w ]+);", text).group(1).split()  # the rows written `row "$t" ...`
     calls = [(t, n, int(k)) for t, k in re.findall(r"main_rows (\w+) (\d+)", text) for n in study.MAIN]
     calls += [(t, n, int(k)) for task, n, k in re.findall(r"^\s*row (\S+) (\S+) (\d+)", text, re.M)
@@ -103,8 +103,8 @@ def test_study_sh_trains_the_seeds_study_py_plans():
 def test_ladder_sh_trains_what_ladder_py_declares():
     import subprocess
 
-    from results import ladder
-    queue = subprocess.run(["bash", os.path.join(ladder.ROOT, "results", "ladder.sh"), "--list"], capture_output=True,
+    from study import ladder
+    queue = subprocess.run(["bash", os.path.join(ladder.ROOT, "study", "ladder.sh"), "--list"], capture_output=True,
                            text=True, check=True).stdout.split("\n")
     runs = [line.split() for line in queue if line]
     recipe = {t: config.RECIPES[t].get("max_iters", config.Config().max_iters) for t in ladder.TASKS}
@@ -121,7 +121,7 @@ def test_ladder_sh_trains_what_ladder_py_declares():
 
 
 def test_a_verdict_reads_the_holm_adjusted_p(monkeypatch):
-    from results import study
+    from study import study
     tight, wide = study_rows()
     fake = {"pairs": 16, "n": 16, "p": 0.02, "da": 1.0, "db": 5.0, "lo": -6.0, "hi": -2.0}
     monkeypatch.setattr(study, "compare", lambda *a, **k: dict(fake))
@@ -147,7 +147,7 @@ def ladder_rungs(spreads: dict, unconverged: int = 0) -> dict:
 
 
 def test_ladder_answer_finds_the_failure_mode_only_where_it_is(round2):
-    from results import ladder
+    from study import ladder
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     wide = {"fixed": 30.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": wide})
@@ -179,7 +179,7 @@ def test_ladder_answer_finds_the_failure_mode_only_where_it_is(round2):
 
 
 def test_the_ema_rung_is_tested_against_its_own_raw_weights(round2):
-    from results import ladder
+    from study import ladder
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat, "r2": flat, "rE": flat, "r3": flat})
     assert ladder.raw(rungs["rE"]) == {} and all(t["result"] is None for t in ladder.growth("copy", rungs) if t["rung"] == "rE")
@@ -194,7 +194,7 @@ def test_the_ema_rung_is_tested_against_its_own_raw_weights(round2):
 
 
 def test_a_spread_verdict_says_when_its_pair_count_could_not_reach_significance():
-    from results import study
+    from study import study
     few, many = {"n": 5, "p": 0.3}, {"n": 16, "p": 0.3}
     assert "cannot go below p = 0.062, Holm p >= 0.12" in study.undecidable(few, [0.3, 0.5])
     assert "Holm p >= 0.062" in study.undecidable(few, [0.3, 0.001])  # the other test ranks first: x1, floor 0.0625
@@ -206,8 +206,8 @@ def test_a_spread_verdict_says_when_its_pair_count_could_not_reach_significance(
 def test_the_ladder_records_part_cs_rung_once(round2):
     import json
 
-    from results import ladder
-    from results import study
+    from study import ladder
+    from study import study
     flat = {"fixed": 3.0, "matched": 3.0, "window": 3.0}
     rungs = ladder_rungs({"r1": flat}, unconverged=1) | ladder_rungs({"r2": flat, "rE": flat, "r3": flat})
     done, shows, std = ladder.screened("copy", rungs, ladder.family("copy", rungs))
@@ -234,7 +234,7 @@ def test_round_two_reads_reused_seeds_and_never_a_seed_twice(round2):
     import json
     import shutil
 
-    from results import study
+    from study import study
     assert study.round_two("dyck") is None
     reuse = {row: f"results/ladder/dyck/r2/{row}" for row in ("fixed", "matched", "window")}
     (round2 / "dyck").mkdir()
@@ -263,9 +263,9 @@ def test_round_two_reads_reused_seeds_and_never_a_seed_twice(round2):
 
 
 def test_each_two_thread_run_has_a_one_thread_twin_of_the_same_command():
-    from results import study
+    from study import study
     from lab import tables
-    from results import threads
+    from study import threads
     found = 0
     for task in ("copy", "dyck"):
         twins = {(n, e["seed"]): e for n, runs in study.round_two(task)[1].items() for e in runs}
@@ -284,10 +284,11 @@ def test_round2_sh_trains_the_declared_runs_it_cannot_reuse(tmp_path):
     import shutil
     import subprocess
 
-    from results import study
+    from study import study
     (tmp_path / "results").mkdir()
-    for name in ("round2.sh", "choice.py"):  # round2.sh checks choice.json with results/choice.py
-        shutil.copy(os.path.join(study.ROOT, "results", name), tmp_path / "results" / name)
+    (tmp_path / "study").mkdir()
+    for name in ("round2.sh", "choice.py"):  # round2.sh checks choice.json with study/choice.py
+        shutil.copy(os.path.join(study.ROOT, "study", name), tmp_path / "study" / name)
     shutil.copytree(os.path.join(study.ROOT, "lab"), tmp_path / "lab")  # choice.py's JSON reader: lab/cli.py
     for k in (0, 1, 2):
         (tmp_path / "old" / "fixed" / f"seed{k}").mkdir(parents=True)
@@ -295,18 +296,18 @@ def test_round2_sh_trains_the_declared_runs_it_cannot_reuse(tmp_path):
     (tmp_path / "results" / "round2" / "copy").mkdir(parents=True)
     json.dump({"first": 0, "seeds": 16, "flags": "--max_iters 4500 --d_model 64", "reuse": {"fixed": "old/fixed"}},
               open(tmp_path / "results" / "round2" / "copy" / "choice.json", "w"))
-    out = subprocess.run(["bash", str(tmp_path / "results" / "round2.sh"), "--list"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["bash", str(tmp_path / "study" / "round2.sh"), "--list"], capture_output=True, text=True, check=True).stdout
     runs = [line.split(maxsplit=3) for line in out.splitlines()]
     assert {(t, row, int(k)) for t, row, k, _ in runs} == {("copy", row, k) for row in study.MAIN for k in range(16)} - {
         ("copy", "fixed", k) for k in (0, 1, 2)}
-    sh = open(os.path.join(study.ROOT, "results", "study.sh")).read()
+    sh = open(os.path.join(study.ROOT, "study", "study.sh")).read()
     main_rows = dict(re.findall(r'row "\$1" (\w+) "\$2" (.*)', sh))  # study.sh's main rows and their flags
     assert set(main_rows) == set(study.MAIN)
     assert all(flags == f"{main_rows[row].strip()} --max_iters 4500 --d_model 64" for _, row, _, flags in runs)
 
 
 def test_the_ladder_budget_scales_a_missing_row_by_the_other_tasks_measured_ratio():
-    from results import ladder
+    from study import ladder
     timed = lambda minutes, n=8: [{"train_time_s": 60.0 * minutes, "eval_time_s": 0.0}] * n
     copy = {"r2": {"fixed": timed(90)}}
     dyck = {"r2": {"fixed": timed(30)}, "r3": {"fixed": timed(90, 1)}}  # r3 / r2 = 3 on dyck's fixed row
@@ -317,7 +318,7 @@ def test_the_ladder_budget_scales_a_missing_row_by_the_other_tasks_measured_rati
 
 
 def test_the_ladder_names_the_cpu_models_its_runs_finished_on():
-    from results import ladder
+    from study import ladder
     rungs = ladder_rungs({"r1": {"fixed": 3.0}, "r2": {"fixed": 3.0, "window": 3.0}})
     for k, e in enumerate(rungs["r2"]["fixed"] + rungs["r2"]["window"]):
         e["env"] = {"cpu": "AMD EPYC"} if k < 10 else {}  # a run from before env.cpu was recorded
@@ -336,8 +337,8 @@ def test_a_lane_runs_its_own_share_first_then_helps_and_skips_locked_runs(tmp_pa
     import stat
     import subprocess
 
-    (tmp_path / "results").mkdir()
-    shutil.copy(os.path.join(recipes.ROOT, "results", "lanes.sh"), tmp_path / "results" / "lanes.sh")
+    (tmp_path / "study").mkdir()
+    shutil.copy(os.path.join(recipes.ROOT, "study", "lanes.sh"), tmp_path / "study" / "lanes.sh")
     fake = tmp_path / "bin" / "python"  # stands in for train.py: records the run and writes its eval.json
     fake.parent.mkdir()
     fake.write_text('#!/usr/bin/env bash\nwhile [ "$1" != --out_dir ]; do shift; done\n'
@@ -350,7 +351,7 @@ def test_a_lane_runs_its_own_share_first_then_helps_and_skips_locked_runs(tmp_pa
     with open(tmp_path / "logs" / "t-r-seed3.lock", "w") as held:  # another lane is running seed 3
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "LANE": "1", "LANES": "2"}
-        subprocess.run(["bash", "results/lanes.sh", "logs"], input="".join(f"{r} t {k} --x\n" for k, r in enumerate(runs)),
+        subprocess.run(["bash", "study/lanes.sh", "logs"], input="".join(f"{r} t {k} --x\n" for k, r in enumerate(runs)),
                        cwd=tmp_path, env=env, text=True, check=True, capture_output=True)
     # lane 1 of 2 owns lines 1 and 3; it runs 1, skips 3 (locked), then helps with 0 and 4 (2 is finished)
     assert (tmp_path / "ran.txt").read_text().split() == [runs[1], runs[0], runs[4]]
@@ -359,7 +360,7 @@ def test_a_lane_runs_its_own_share_first_then_helps_and_skips_locked_runs(tmp_pa
 def test_the_exclusions_section_is_what_its_json_says():
     # results/README.md's "What the data already say" is regenerated from results/exclusions.json
     import json
-    from results import exclusions
+    from study import exclusions
     out = json.load(open(exclusions.OUT))
     text = open(exclusions.README).read().split("<!-- exclusions:begin -->\n", 1)[1].split("<!-- exclusions:end -->", 1)[0]
     assert text.rstrip("\n").split("\n") == exclusions.lines(out)
@@ -369,7 +370,7 @@ def test_the_exclusions_section_is_what_its_json_says():
 def test_the_findings_and_readmes_results_are_what_their_json_says():
     # results/README.md's "What the runs taught" and README.md's Results are regenerated from results/findings.json
     import json
-    from results import findings
+    from study import findings
     o = json.load(open("results/findings.json"))
     block = lambda path, tag: open(path).read().split(f"<!-- {tag}:begin -->\n", 1)[1].split(f"<!-- {tag}:end -->", 1)[0]
     assert block("results/README.md", "findings").rstrip("\n").split("\n") == findings.lines(o)
@@ -396,10 +397,10 @@ def test_the_readmes_run_output_is_what_its_committed_run_prints():
 
 
 def test_the_chaos_study_analyses_complete_layers_of_converged_runs_only(tmp_path, monkeypatch):
-    """results/chaos.py on made-up runs: a layer with one run missing is not analysed (the declared fallback);
+    """study/chaos.py on made-up runs: a layer with one run missing is not analysed (the declared fallback);
     an unconverged run (policy_id < 99) is left out of its seed's block; a row whose replicates agree within
     each seed while the seeds differ reads seed-driven, one where replicates scatter as much as seeds does not."""
-    from results import chaos
+    from study import chaos
     monkeypatch.setattr(chaos, "ROOT", str(tmp_path))
     monkeypatch.setattr(chaos, "CHAOS", str(tmp_path / "results" / "chaos"))
     rng = random.Random(0)

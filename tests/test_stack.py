@@ -284,7 +284,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_h200_stack_check_runs_on_the_cpu(tmp_path):
     out = tmp_path / "stack.json"
-    r = subprocess.run([sys.executable, "results/cuda/stack_check.py", "--smoke", "--steps", "1", "--json", str(out)],
+    r = subprocess.run([sys.executable, "study/cuda/stack_check.py", "--smoke", "--steps", "1", "--json", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.load(open(out))
@@ -296,7 +296,7 @@ def test_h200_stack_check_runs_on_the_cpu(tmp_path):
 
 @pytest.mark.slow  # five train.py processes: ~30 s of CPU, 1.5 min on a busy 2-core machine
 def test_h200_rung_runs_on_the_cpu(tmp_path):
-    r = subprocess.run(["bash", "results/cuda/rung.sh", str(tmp_path), "40"], cwd=ROOT, capture_output=True, text=True,
+    r = subprocess.run(["bash", "study/cuda/rung.sh", str(tmp_path), "40"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300, env={**os.environ, "SMOKE": "1"})
     assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
     for row in ("fixed", "matched", "window"):

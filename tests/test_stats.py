@@ -242,7 +242,7 @@ def test_spread_floor_is_the_smallest_p_the_permutation_test_returns():
     assert stats.spread_floor(5) > 0.05 > stats.spread_floor(6)
 
 
-# --- seed or chaos (results/chaos.py): the one-way ANOVA / ICC, and the block permutation test ---------------
+# --- seed or chaos (study/chaos.py): the one-way ANOVA / ICC, and the block permutation test ---------------
 
 # Shrout & Fleiss (1979), "Intraclass correlations", Table 2: 6 targets rated by 4 judges. Their Table 4:
 # BMS = 11.24, WMS = 6.26, ICC(1,1) = .17; the F table gives F.975(5, 18) = 3.38 and F.975(18, 5) = 6.36.

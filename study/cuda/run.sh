@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # What one lease of the lent GPU machine (one H200, 16 CPU cores, a few minutes) runs, as one command:
-#   1. results/cuda/check.py --part time       the paper preset's ms per training step, fp32 vs bf16 (quiet GPU)
+#   1. study/cuda/check.py --part time       the paper preset's ms per training step, fp32 vs bf16 (quiet GPU)
 #   2. study seeds on CUDA (fp32, --no-amp) WORKERS at a time, until BUDGET seconds after the start,
-#      beside results/cuda/check.py --part schedules (every schedule trains and evaluates on CUDA)
+#      beside study/cuda/check.py --part schedules (every schedule trains and evaluates on CUDA)
 #   3. the finished seeds' JSON packed into OUT/study.tgz (unpack it in the repo root; runs cut by the
 #      deadline are dropped)
 #
-#   bash results/cuda/run.sh OUT [BUDGET]      # OUT: a folder that comes back; BUDGET default 470 s
+#   bash study/cuda/run.sh OUT [BUDGET]      # OUT: a folder that comes back; BUDGET default 470 s
 #
-# The study seeds are the same runs as results/study.sh's rows (same flags, same controlled seeds); only
+# The study seeds are the same runs as study/study.sh's rows (same flags, same controlled seeds); only
 # the device differs, and eval.json records it (env.hardware), so a table can say which seeds ran where.
 set -u
 cd "$(dirname "$0")/../.."
@@ -22,7 +22,7 @@ start=$(date +%s)
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 mkdir -p "$OUT" /tmp/claims /tmp/wlogs
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-[ "${CHECK:-1}" = 0 ] || timeout 110 python results/cuda/check.py --part time --json "$OUT/time.json" > "$OUT/time.txt" 2>&1
+[ "${CHECK:-1}" = 0 ] || timeout 110 python study/cuda/check.py --part time --json "$OUT/time.json" > "$OUT/time.txt" 2>&1
 
 queue() {  # TASK ROW SEED FLAGS, seed-balanced: dyck's main rows to 16 seeds, copy's fixed and matched to 16
   # and its window to 16. rl comes last: on CUDA its step is slower than on one CPU thread (results/README.md).
@@ -51,7 +51,7 @@ worker() {
 queue | grep -E "$ONLY" > /tmp/queue.txt
 touch /tmp/stamp
 for i in $(seq "$WORKERS"); do worker "$i" & done
-[ "${CHECK:-1}" = 0 ] || timeout 240 python results/cuda/check.py --part schedules --json "$OUT/schedules.json" > "$OUT/schedules.txt" 2>&1
+[ "${CHECK:-1}" = 0 ] || timeout 240 python study/cuda/check.py --part schedules --json "$OUT/schedules.json" > "$OUT/schedules.txt" 2>&1
 while [ $(( $(date +%s) - start )) -lt "$BUDGET" ]; do sleep 5; done
 pkill -f "train.py --task"; sleep 2; kill $(jobs -p) 2>/dev/null
 nvidia-smi >> "$OUT/nvidia-smi.txt" 2>&1

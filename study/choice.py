@@ -1,10 +1,10 @@
 """
-results/round2/TASK/choice.json, the rung round two runs at, checked: results/ladder.py writes it once (record),
-results/study.py, results/ladder.py and results/round2.sh read it through here, so one set of rules decides what a
+results/round2/TASK/choice.json, the rung round two runs at, checked: study/ladder.py writes it once (record),
+study/study.py, study/ladder.py and study/round2.sh read it through here, so one set of rules decides what a
 valid file is. Standard library only (and lab/files.py's JSON reader, itself standard library only), so that
 round2.sh can run it before anything else.
 
-    python results/choice.py TASK     # FIRST SEEDS FLAGS, then ROW DIR per reused row; a bad file: one line, exit 2
+    python study/choice.py TASK     # FIRST SEEDS FLAGS, then ROW DIR per reused row; a bad file: one line, exit 2
 """
 
 import json
@@ -13,12 +13,12 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if __package__ in (None, ""):  # run as `python results/choice.py`: the repository is the import root
+if __package__ in (None, ""):  # run as `python study/choice.py`: the repository is the import root
     sys.path[0] = ROOT
 
 from lab.cli import run  # noqa: E402  (load_json: a regular file only, a FIFO named choice.json would hang)
 from lab.files import load_json
-# each key's type; the values results/ladder.py's rule can write (ladder.py: RUNGS, SEEDS; tests check they agree)
+# each key's type; the values study/ladder.py's rule can write (ladder.py: RUNGS, SEEDS; tests check they agree)
 KEYS = {"task": str, "rung": str, "first": int, "seeds": int, "why": str, "flags": str, "reuse": dict, "chosen_from": str}
 RUNGS = ("r1", "r2", "r3", "rE", "rH")
 FIRST = (0, 8)  # seeds 0-15, or 8-23 (fresh: the ladder's seeds are 0-7)
@@ -60,7 +60,7 @@ def problem(c, task: str, root: str = ROOT, need=("first", "seeds", "flags", "re
         return f"'seeds' must be {SEEDS} (the declared seeds of a main row), got {show(c['seeds'])}"
     if "flags" in c and not ((m := FLAGS.fullmatch(c["flags"])) and (m["ema"] is None or decay(m["ema"]))):
         return (f"'flags' must be '--max_iters N --d_model N', then optionally ' --ema DECAY' (0 < DECAY < 1), as "
-                f"results/ladder.py records them, got {show(c['flags'])}")
+                f"study/ladder.py records them, got {show(c['flags'])}")
     for row, d in c.get("reuse", {}).items():
         if row not in MAIN:
             return f"'reuse' names the row {row!r}: allowed {', '.join(MAIN)} (round two's rows)"
@@ -80,7 +80,7 @@ def read(path: str, task: str, root: str = ROOT, need=("first", "seeds", "flags"
         c = load_json(path)
     except (OSError, ValueError) as err:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
         what = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"{name}: not valid JSON or not readable ({what}); results/ladder.py writes it once: "
+        raise ValueError(f"{name}: not valid JSON or not readable ({what}); study/ladder.py writes it once: "
                          "restore it from git") from None
     if why := problem(c, task, root, need):
         raise ValueError(f"{name}: {why}")
@@ -89,7 +89,7 @@ def read(path: str, task: str, root: str = ROOT, need=("first", "seeds", "flags"
 
 def main(argv: list[str]) -> None:
     if len(argv) != 1:
-        raise ValueError("usage: python results/choice.py TASK")
+        raise ValueError("usage: python study/choice.py TASK")
     task = argv[0]
     c = read(os.path.join("results", "round2", task, "choice.json"), task, root=".", need=("first", "seeds", "flags", "reuse"))
     print(c["first"], c["seeds"], c["flags"])
@@ -97,5 +97,5 @@ def main(argv: list[str]) -> None:
         print(row, d)
 
 
-if __name__ == "__main__":  # results/round2.sh: run from the repository root; a bad file: one line, exit 2
-    sys.exit(run(main, "results/round2.sh", sys.argv[1:]))
+if __name__ == "__main__":  # study/round2.sh: run from the repository root; a bad file: one line, exit 2
+    sys.exit(run(main, "study/round2.sh", sys.argv[1:]))

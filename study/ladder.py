@@ -1,11 +1,11 @@
 """
 The scale ladder's tables, tests and plots (results/README.md, "The scale ladder"), regenerated from the
 committed JSON: rung r1 is the first round of the study (results/study/TASK/ROW, seeds 0-7), the higher
-rungs are results/ladder/TASK/RUNG/ROW (written by results/ladder.sh).
+rungs are results/ladder/TASK/RUNG/ROW (written by study/ladder.sh).
 
-    python results/ladder.py        # deterministic: the same JSON gives the same bytes
+    python study/ladder.py        # deterministic: the same JSON gives the same bytes
 
-Declared before the ladder's runs (the protocol of results/study.py): 8 seeds a row (the GPU rung: 16, of
+Declared before the ladder's runs (the protocol of study/study.py): 8 seeds a row (the GPU rung: 16, of
 which the first 8 enter the tests, as at every rung); a seed converged at >= 99% in-distribution exact
 match; primary metric as the study's (dyck: the hard subset); at every rung of RUNGS the paired spread
 tests of window against fixed and against matched.
@@ -61,13 +61,13 @@ import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if __package__ in (None, ""):  # run as `python results/ladder.py`: the repository is the import root
+if __package__ in (None, ""):  # run as `python study/ladder.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from lab import stats, tables  # noqa: E402
 from lab.cli import no_arguments, run  # noqa: E402
 from lab.files import atomic_write, write_json
-from results import study  # noqa: E402
+from study import study  # noqa: E402
 
 LADDER = os.path.join(ROOT, "results", "ladder")
 SEEDS = 8  # declared seeds a row
@@ -79,7 +79,7 @@ RUNGS = {"r1": ("the study's first round, seeds 0-7", 1, 64),
          "r2": ("3x the recipe's steps", 3, 64),
          "r3": ("twice the width, 3x the steps", 3, 128),
          "rE": ("r2 with a weight EMA (decay 0.999, TRM's), evaluated on the EMA weights", 3, 64),
-         "rH": ("the paper's width (d_model 256) on an H200, 16 seeds stacked (results/cuda/rung.sh)", None, 256)}
+         "rH": ("the paper's width (d_model 256) on an H200, 16 seeds stacked (study/cuda/rung.sh)", None, 256)}
 RECIPE_STEPS = {"copy": 1500, "dyck": 800}  # config.RECIPES' max_iters (tests/test_results.py checks)
 TESTS = (("window", "fixed"), ("window", "matched"))  # the paper: the window spreads less than each
 # (rung, against), per row; "raw": the rung's own runs scored on their raw weights (amendment 4)
@@ -238,7 +238,7 @@ def part_c(task: str, rungs: dict, done: list, shows: list, std) -> str:
 def record(task: str, rungs: dict, rung: str, first: int, why: str) -> str:
     """Write results/round2/TASK/choice.json once (the first time the rule picks a rung; never again):
     the rung, the flags its runs were trained with, the 16 declared seeds and the directories of the runs
-    that are the same command (results/study.py reads a declared seed from there; round2.sh skips it)."""
+    that are the same command (study/study.py reads a declared seed from there; round2.sh skips it)."""
     path = os.path.join(study.ROUND2, task, "choice.json")
     if os.path.lexists(path):
         return path
@@ -343,7 +343,7 @@ def table(task: str, rungs: dict, others: dict = None) -> list[str]:
     for t in tests:
         lines.append(test_row(t, f"{t['a']} vs {t['b']}", verdict(t)))
     lines += ["", "The screen: Holm adjusts within each rung (2 tests); paired p: the permutation test of Std on the seeds "
-              "converged in both rows; unpaired: Brown-Forsythe. Why per rung and what confirms it: results/ladder.py.", "",
+              "converged in both rows; unpaired: Brown-Forsythe. Why per rung and what confirms it: study/ladder.py.", "",
               "Growth: a row's Std at a rung against its reference rung (r1; rE: against the raw weights of the same runs, "
               "amendment 4), two-sided, Holm within the rung (3 tests). \"rE raw\": rE's runs scored on their raw weights, "
               "r2's command again on the machine rE ran on.", "",
@@ -401,7 +401,7 @@ def main() -> None:
         study.read_choice(task, CHOICE_KEYS)
     plt = study.pyplot()
     if plt is None:
-        print("results/ladder.py: matplotlib is not installed; tables only, the plots are skipped", file=sys.stderr)
+        print("study/ladder.py: matplotlib is not installed; tables only, the plots are skipped", file=sys.stderr)
     body = []
     for task, rungs in every.items():
         if rungs:
@@ -417,5 +417,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # a damaged or inconsistent input (ValueError): one line naming it, exit 2
-    no_arguments("results/ladder.py")
-    sys.exit(run(lambda argv: main(), "results/ladder.py"))
+    no_arguments("study/ladder.py")
+    sys.exit(run(lambda argv: main(), "study/ladder.py"))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a queue of one-seed training runs in one lane: results/ladder.sh and results/round2.sh pipe their
+# Runs a queue of one-seed training runs in one lane: study/ladder.sh and study/round2.sh pipe their
 # queues here. Each line of stdin is `OUT_DIR TASK SEED FLAGS...`; lane LANE of LANES (environment, checked
 # by the caller) takes its own lines LANE, LANE + LANES, ... first, then any other line that no lane is
 # running, so a lane whose share is done helps the others. A finished run (eval.json) is skipped, a started
@@ -8,10 +8,10 @@
 # sets each run's --threads; a caller whose header declares a thread count sets THREADS itself (round2.sh and
 # ladder.sh: 1, threads.sh: 2), so that whatever its own caller exported, the declared command runs.
 #
-#   QUEUE | THREADS=1 bash results/lanes.sh LOGS
+#   QUEUE | THREADS=1 bash study/lanes.sh LOGS
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bad() { echo "results/lanes.sh: $1" >&2; exit 2; }
+bad() { echo "study/lanes.sh: $1" >&2; exit 2; }
 [ $# = 1 ] || bad "one argument expected (the folder for the logs), got $#"
 [[ "${THREADS:-1}" =~ ^[1-9][0-9]{0,3}$ ]] || bad "THREADS=${THREADS:-} must be an integer in 1-9999 (each run's --threads)"
 logs=$1

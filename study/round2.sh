@@ -1,30 +1,30 @@
 #!/usr/bin/env bash
 # Round two of the study (part C, results/README.md "The main table again"): the four main rows of
-# results/study.sh (fixed, matched, window w = 5, rl) again, 16 declared seeds a row, at the rung the
-# ladder's rule picked for a task. `python results/ladder.py` records that choice once, in
+# study/study.sh (fixed, matched, window w = 5, rl) again, 16 declared seeds a row, at the rung the
+# ladder's rule picked for a task. `python study/ladder.py` records that choice once, in
 # results/round2/TASK/choice.json (rung, flags, first seed, reuse); a task without one is skipped.
 #
-#   bash results/round2.sh                  # train every missing run in one lane, then the tables
-#   LANE=0 LANES=2 bash results/round2.sh & LANE=1 LANES=2 bash results/round2.sh   # two lanes, one per core
-#   bash results/round2.sh --list           # the queue, one line per run: TASK ROW SEED FLAGS
+#   bash study/round2.sh                  # train every missing run in one lane, then the tables
+#   LANE=0 LANES=2 bash study/round2.sh & LANE=1 LANES=2 bash study/round2.sh   # two lanes, one per core
+#   bash study/round2.sh --list           # the queue, one line per run: TASK ROW SEED FLAGS
 #
 # A declared seed already trained by the same command (the ladder's rung, or the first round at r1: the
-# choice's `reuse` directories) is not trained again; results/study.py reads it from there. A run is
+# choice's `reuse` directories) is not trained again; study/study.py reads it from there. A run is
 # `python train.py --task TASK --seed k --seeds 1 --threads 1 --out_dir results/round2/TASK/ROW/seedk FLAGS`
-# (results/lanes.sh runs the queue); a killed lane resumes (--resume) and skips finished runs (eval.json).
+# (study/lanes.sh runs the queue); a killed lane resumes (--resume) and skips finished runs (eval.json).
 # The queue is seed-major, and built before a run starts: a choice.json that is damaged or holds what the rule
-# does not write (results/study.py's choice_problem) is refused, one line and exit 2, with nothing trained.
+# does not write (study/study.py's choice_problem) is refused, one line and exit 2, with nothing trained.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LANE=${LANE:-0}
 LANES=${LANES:-1}
-bad() { echo "results/round2.sh: $1" >&2; exit 2; }
+bad() { echo "study/round2.sh: $1" >&2; exit 2; }
 case "${1:-}" in ""|--list) ;; *) bad "unknown argument '$1' (allowed: none, --list)" ;; esac
 [ $# -le 1 ] || bad "one argument at most, got $#"
 [[ "$LANES" =~ ^[1-9][0-9]*$ ]] || bad "LANES=$LANES must be a positive integer"
 [[ "$LANE" =~ ^[0-9]+$ ]] && [ "$LANE" -lt "$LANES" ] || bad "LANE=$LANE must be an integer in 0..$((LANES - 1)) (LANES=$LANES)"
 
-row_flags() {  # the main rows, as results/study.sh's main_rows trains them
+row_flags() {  # the main rows, as study/study.sh's main_rows trains them
   case "$1" in
     fixed) echo "--schedule fixed" ;;
     matched) echo "--schedule matched" ;;
@@ -32,10 +32,10 @@ row_flags() {  # the main rows, as results/study.sh's main_rows trains them
     rl) echo "--schedule rl --lambda_ent 0.001" ;;
   esac
 }
-# choice TASK: results/round2/TASK/choice.json checked by results/choice.py's rules (those of study.py and ladder.py
+# choice TASK: results/round2/TASK/choice.json checked by study/choice.py's rules (those of study.py and ladder.py
 # too), printed as `FIRST SEEDS FLAGS`, then `ROW DIR` per reused row. A damaged or hand-edited file: one line
 # naming it, exit 2.
-choice() { python results/choice.py "$1"; }
+choice() { python study/choice.py "$1"; }
 queue() {  # the whole queue, or (a bad choice.json) one line on stderr and exit 2 before any line
   local task file lines first seeds flags k row dir out=()
   for task in dyck copy; do
@@ -64,5 +64,5 @@ if [ "${1:-}" = --list ]; then
   exit 0
 fi
 [ -z "$q" ] || while read -r task row k flags; do echo "results/round2/$task/$row/seed$k $task $k $flags"; done <<< "$q" \
-  | THREADS=1 bash results/lanes.sh results/round2/logs
-python results/study.py
+  | THREADS=1 bash study/lanes.sh results/round2/logs
+python study/study.py

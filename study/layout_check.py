@@ -6,7 +6,7 @@ each; their checkpoints must be equal tensor by tensor (torch.equal), their eval
 their metrics.jsonl equal but for the wall clock.
 
     git worktree add /tmp/old 5f4ee36
-    python results/checks/layout_check.py /tmp/old --json results/checks/layout_check.json
+    python study/layout_check.py /tmp/old --json results/checks/layout_check.json
 """
 
 import os
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-if __package__ in (None, ""):  # run as `python results/checks/layout_check.py`: the repository is the import root
+if __package__ in (None, ""):  # run as `python study/layout_check.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
@@ -100,7 +100,7 @@ def compare(old: str, new: str) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--json") or not os.path.isfile(os.path.join(argv[0], "train.py")):
-        raise ValueError("usage: python results/checks/layout_check.py OLD_CHECKOUT [--json PATH]")
+        raise ValueError("usage: python study/layout_check.py OLD_CHECKOUT [--json PATH]")
     if len(argv) == 3:
         checks.check_output("--json", argv[2])
     old_tree = os.path.abspath(argv[0])

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 33's rung on the lent H200, as one command of at most 9 minutes: dyck at d_model 256 (the paper
-# width), fixed c = T_max, matched and window w = 5 (results/ladder.sh's rows), 16 seeds a row trained as
+# width), fixed c = T_max, matched and window w = 5 (study/ladder.sh's rows), 16 seeds a row trained as
 # one stacked chunk (train.py --seeds 16 --stack 16), at the step budget that fits:
 #   1. a 12-step run of the fixed row (every sample 20 loop steps: the slowest row), eager and --static:
 #      the faster mode is used, and its ms per step and evaluation time set the budget
@@ -9,8 +9,8 @@
 #   3. the rows, one after the other; each finished seed's eval.json, config.json and metrics.jsonl are
 #      copied to OUT/results/ladder/dyck/rH/ROW/seedk/ as soon as its row ends (unpack OUT in the repo root)
 #
-#   bash results/cuda/rung.sh OUT [BUDGET]       # BUDGET default 450 s
-#   SMOKE=1 bash results/cuda/rung.sh OUT 60     # CPU, a tiny size, 2 seeds a row: does it run (tests/test_stack.py)
+#   bash study/cuda/rung.sh OUT [BUDGET]       # BUDGET default 450 s
+#   SMOKE=1 bash study/cuda/rung.sh OUT 60     # CPU, a tiny size, 2 seeds a row: does it run (tests/test_stack.py)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: rung.sh OUT [BUDGET] (got $# arguments)" >&2; exit 2; }

@@ -1,9 +1,9 @@
 """
 Does the model use its loop? The depth-use study (results/README.md, "Does the model use its loop?";
-results/depth/depth.json), from the committed runs of results/depth.sh.
+results/depth/depth.json), from the committed runs of study/depth.sh.
 
-    python results/depth.py           # the exploratory table and the declared verdicts from the committed runs
-    python results/depth.py --queue   # the declared queue, one run a line: OUT_DIR TASK SEED FLAGS (depth.sh)
+    python study/depth.py           # the exploratory table and the declared verdicts from the committed runs
+    python study/depth.py --queue   # the declared queue, one run a line: OUT_DIR TASK SEED FLAGS (depth.sh)
 
 DECLARATION, 2026-12-07, committed before the first run (not edited after it; amendments are appended below,
 dated, with their reason).
@@ -18,7 +18,7 @@ randomness itself costs anything is (3) fixed against fixed_window, two-sided.
 
 Command. The dyck CPU recipe: `python train.py --task dyck --seed k --seeds 1 --threads 1 --out_dir DIR FLAGS`
 (800 steps, d_model 64, T_max 20, T_test 30, the defaults), every run from one commit (a frozen worktree at this
-declaration), one lane (results/lanes.sh, one thread; a second lane may join, which changes no run).
+declaration), one lane (study/lanes.sh, one thread; a second lane may join, which changes no run).
 
 Rows (FLAGS), in results/depth/dyck/ROW/seedK:
     window        --schedule window --w 5                  K = clip(T(n) + D, 1, 20): the paper's window
@@ -64,7 +64,7 @@ Budget and fallback. One lane: about 4.5 hours. If the runs outlast the session,
 """
 
 
-# What this file does, below the declaration (which stays as committed): `python results/depth.py` writes the
+# What this file does, below the declaration (which stays as committed): `python study/depth.py` writes the
 # declared analysis (report: the slots checked, complete seeds, C1-C3 and S1, the table per row) into results/README.md's
 # `depth` block and results/depth/depth.json, and the exploratory table of every committed run (explore: depth
 # use per task, folder and row, seeds as the unit) into its `depth-explore` block and results/depth/explore.json.
@@ -76,7 +76,7 @@ import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if __package__ in (None, ""):  # run as `python results/depth.py`: the repository is the import root
+if __package__ in (None, ""):  # run as `python study/depth.py`: the repository is the import root
     sys.path[0] = ROOT
 
 import train  # noqa: E402  (its parse_args: the declared command of a slot, recipe included)
@@ -85,7 +85,7 @@ from lab import records, stats, tables  # noqa: E402
 from lab.cli import run  # noqa: E402
 from lab.files import write_json  # noqa: E402
 from metrics import fmt  # noqa: E402
-from results import study  # noqa: E402  (with_hard_shortcut: the hard subset's shortcut of runs that predate it)
+from study import study  # noqa: E402  (with_hard_shortcut: the hard subset's shortcut of runs that predate it)
 
 TASK = "dyck"
 ROWS = {"window": "--schedule window --w 5", "window_floor": "--schedule window --w 5 --k_min 10",
@@ -117,7 +117,7 @@ def queue() -> list[str]:
 def slot(d: str, k: int, fl: str):
     """The run in a slot of the design (None while empty), checked: its recorded settings must be the declared
     command's (train.py's dyck recipe, seed k, the row's FLAGS, one thread), or the study would count a run of
-    another command; one line naming the slot and the differing settings otherwise (results/chaos.py's check)."""
+    another command; one line naming the slot and the differing settings otherwise (study/chaos.py's check)."""
     if not os.path.lexists(os.path.join(d, "eval.json")):
         return None
     e = records.load_eval(d)
@@ -132,7 +132,7 @@ def slot(d: str, k: int, fl: str):
 
 
 def checked(lines: list[str]) -> list[str]:
-    """The queue, once every finished slot in it holds its declared run (slot): results/lanes.sh skips a slot with
+    """The queue, once every finished slot in it holds its declared run (slot): study/lanes.sh skips a slot with
     an eval.json without reading it, so a foreign run there stops depth.sh before it trains anything."""
     for line in lines:
         out, _, k, fl = line.split(maxsplit=3)
@@ -207,7 +207,7 @@ def report(done: dict) -> tuple[list[str], dict]:
     out = {"declared_runs": n_runs, "finished": len(done), "complete_seeds": seeds,
            "cpus": sorted({e.get("env", {}).get("cpu") or "not recorded" for e in done.values()})}
     interim = len(seeds) < len(SEEDS)
-    rest = " (the rest: `bash results/depth.sh`, which resumes)" if len(done) < n_runs else ""
+    rest = " (the rest: `bash study/depth.sh`, which resumes)" if len(done) < n_runs else ""
     lines = [f"{len(done)} of {n_runs} declared runs finished{rest}; {len(seeds)} of {len(SEEDS)} seeds complete (all four "
              "rows" + (f": {seeds[0]}-{seeds[-1]} in queue order)" if seeds else ")")
              + (". The verdicts below are interim until all 16 seeds finish." if interim and len(seeds) >= MIN_PAIRS else
@@ -247,7 +247,7 @@ def report(done: dict) -> tuple[list[str], dict]:
             ", settle K, a family of one)" if t is sec else ")")
         cell = "-" if t["p"] is None else f"{t['diff']:+.1f} [{t['lo']:+.1f}, {t['hi']:+.1f}]"
         lines.append(f"| {what} | {t['pairs']} | {cell} | {fmt(t['p'], '.3g')} | {fmt(t.get('holm_p'), '.3g') if t is not sec else '-'} | {t['verdict']} |")
-    lines += ["", "Regenerated by `python results/depth.py` (results/depth/depth.json); the declaration is in its docstring."]
+    lines += ["", "Regenerated by `python study/depth.py` (results/depth/depth.json); the declaration is in its docstring."]
     return lines, out
 
 
@@ -410,7 +410,7 @@ def explore_lines(out: dict) -> list[str]:
                   + ("They agree to the issue's rounding: the issue averaged over runs, this table over seed means, and "
                      "with the same number of runs a seed (five in results/chaos, one elsewhere) the two means are one number."
                      if not differ else f"They differ in {', '.join(differ)}, printed as 'here'.")]
-    lines += ["", "Regenerated by `python results/depth.py` (results/depth/explore.json)."]
+    lines += ["", "Regenerated by `python study/depth.py` (results/depth/explore.json)."]
     return lines
 
 
@@ -433,4 +433,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":  # a damaged or foreign run, a full disk: one line naming it (exit 2 / 1), no traceback
-    sys.exit(run(main, "results/depth.py", sys.argv[1:]))
+    sys.exit(run(main, "study/depth.py", sys.argv[1:]))

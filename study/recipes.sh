@@ -2,11 +2,11 @@
 # What learns on this CPU: one run of every task's CPU recipe (train.py RECIPES), window w=5, seed 0,
 # then the table of results/README.md ("What learns") and the accuracy-vs-K plots.
 #
-#   bash results/recipes.sh            # two runs at a time, one thread each (say so beside the times)
-#   bash results/recipes.sh --table    # only the table and plots, from the committed JSON
+#   bash study/recipes.sh            # two runs at a time, one thread each (say so beside the times)
+#   bash study/recipes.sh --table    # only the table and plots, from the committed JSON
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-}" in ""|--table) ;; *) echo "results/recipes.sh: unknown argument '$1' (allowed: none, --table)" >&2; exit 2 ;; esac
+case "${1:-}" in ""|--table) ;; *) echo "study/recipes.sh: unknown argument '$1' (allowed: none, --table)" >&2; exit 2 ;; esac
 if [ "${1:-}" != "--table" ]; then
   mkdir -p results/recipes/logs
   lane() {  # a finished run is skipped, an interrupted one resumed
@@ -21,4 +21,4 @@ if [ "${1:-}" != "--table" ]; then
   lane unique_set addition mano dyck copy &
   wait
 fi
-python results/recipes.py
+python study/recipes.py

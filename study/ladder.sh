@@ -2,19 +2,19 @@
 # The scale ladder (results/README.md, "Where does deterministic depth fail?"): fixed c = T_max, matched
 # and window w = 5 on dyck and copy, 8 controlled seeds a row, at rungs of growing training compute.
 #
-#   bash results/ladder.sh                  # train every missing run in one lane, then the tables
-#   LANE=0 LANES=2 bash results/ladder.sh & LANE=1 LANES=2 bash results/ladder.sh   # two lanes, one per core
-#   bash results/ladder.sh --list           # the queue, one line per run: TASK RUNG ROW SEED FLAGS
-#   bash results/ladder.sh --tables-only    # regenerate the ladder section of results/README.md
+#   bash study/ladder.sh                  # train every missing run in one lane, then the tables
+#   LANE=0 LANES=2 bash study/ladder.sh & LANE=1 LANES=2 bash study/ladder.sh   # two lanes, one per core
+#   bash study/ladder.sh --list           # the queue, one line per run: TASK RUNG ROW SEED FLAGS
+#   bash study/ladder.sh --tables-only    # regenerate the ladder section of results/README.md
 #
 # Rung r1 is the study's first round (results/study/, seeds 0-7 of each row: the recipe's width and steps).
 # The rungs trained here (compute relative to r1: steps x width^2):
 #   r2  the recipe's width (d_model 64), 3x its steps                         3x
 #   rE  r2 with a weight EMA (--ema 0.999, TRM's decay), evaluated on it      3x
 #   r3  twice the width (d_model 128), 3x its steps                          12x
-# and on an H200 (results/cuda/rung.sh): rH, the paper's width (d_model 256).
+# and on an H200 (study/cuda/rung.sh): rH, the paper's width (d_model 256).
 # A run is `python train.py --task TASK --seed k --seeds 1 --threads 1 --out_dir
-# results/ladder/TASK/RUNG/ROW/seedk FLAGS` (results/lanes.sh runs the queue); a killed lane resumes
+# results/ladder/TASK/RUNG/ROW/seedk FLAGS` (study/lanes.sh runs the queue); a killed lane resumes
 # (--resume) where it stopped and skips finished runs (eval.json). The queue is seed-major, so a lane cut
 # short leaves balanced rows, and task by task: dyck's r2, r3 (the 12x span) and rE, then copy's r2, rE and
 # r3, so that one task's answer and part C's rung (ladder.part_c needs a task's r2, r3 and rE) are settled
@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LANE=${LANE:-0}
 LANES=${LANES:-1}
-bad() { echo "results/ladder.sh: $1" >&2; exit 2; }
+bad() { echo "study/ladder.sh: $1" >&2; exit 2; }
 case "${1:-}" in ""|--list|--tables-only) ;; *) bad "unknown argument '$1' (allowed: none, --list, --tables-only)" ;; esac
 [ $# -le 1 ] || bad "one argument at most, got $#"
 [[ "$LANES" =~ ^[1-9][0-9]*$ ]] || bad "LANES=$LANES must be a positive integer"
@@ -48,6 +48,6 @@ queue() {
 if [ "${1:-}" = --list ]; then queue; exit 0; fi
 if [ "${1:-}" != --tables-only ]; then  # one thread a run, as declared, whatever THREADS the caller exported
   queue | while read -r task rung row k flags; do echo "results/ladder/$task/$rung/$row/seed$k $task $k $flags"; done \
-    | THREADS=1 bash results/lanes.sh results/ladder/logs
+    | THREADS=1 bash study/lanes.sh results/ladder/logs
 fi
-if [ -f results/ladder.py ]; then python results/ladder.py; fi  # its exit code is the script's (2: a damaged input)
+if [ -f study/ladder.py ]; then python study/ladder.py; fi  # its exit code is the script's (2: a damaged input)

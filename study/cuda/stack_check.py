@@ -14,8 +14,8 @@ the JSON rewritten after every row so a cut run keeps what it measured:
 Each row: ms per step, seed-steps per second, peak GPU memory of the step; a failed row (out of memory,
 a compile error) records its error and the rest goes on. Nothing is asserted.
 
-    python results/cuda/stack_check.py --json $OUT/stack.json            # on the H200
-    python results/cuda/stack_check.py --smoke --json /tmp/stack.json    # a CPU smoke run at a tiny size, seconds
+    python study/cuda/stack_check.py --json $OUT/stack.json            # on the H200
+    python study/cuda/stack_check.py --smoke --json /tmp/stack.json    # a CPU smoke run at a tiny size, seconds
 
 A graphs row starts only with 150 s of the budget left (compiling takes a minute or more); --smoke skips
 them (on a 2-core CPU the compile of the static step took ~6 minutes; it then ran, at 0.8x the eager
@@ -31,7 +31,7 @@ import statistics
 import sys
 import time
 
-if __package__ in (None, ""):  # run as `python results/cuda/stack_check.py`: the repository is the import root
+if __package__ in (None, ""):  # run as `python study/cuda/stack_check.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 

@@ -1,17 +1,17 @@
 """The "What learns" table of results/README.md (between `<!-- recipes:begin -->` and
 `<!-- recipes:end -->`) and its plots, from results/recipes/TASK/{eval.json, metrics.jsonl, config.json}
-(written by results/recipes.sh; for a task the study runs, its `results/study/TASK/window/seed0`, which is
+(written by study/recipes.sh; for a task the study runs, its `results/study/TASK/window/seed0`, which is
 the same command): per task, its CPU recipe, the in-distribution exact match, the OOD
 numbers beside the best shortcut, and accuracy against the number of loops K at one OOD length.
 
-    python results/recipes.py
+    python study/recipes.py
 """
 
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if __package__ in (None, ""):  # run as `python results/recipes.py`: the repository is the import root
+if __package__ in (None, ""):  # run as `python study/recipes.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import config  # noqa: E402
@@ -104,7 +104,7 @@ def main() -> None:
         try:
             plots(rows)
         except ImportError:  # matplotlib is optional (README): the table still regenerates
-            print("results/recipes.py: plots skipped: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
+            print("study/recipes.py: plots skipped: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
     lines += ["", "Why each recipe, and what its OOD number measures (the runs behind each choice: "
               "[recipes/exploration/](recipes/exploration/README.md)):", ""]
     lines += [f"- {t}: {NOTES[t]}" for t in rows]
@@ -113,5 +113,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # a damaged or inconsistent input (ValueError): one line naming it, exit 2
-    no_arguments("results/recipes.py")
-    sys.exit(run(lambda argv: main(), "results/recipes.py"))
+    no_arguments("study/recipes.py")
+    sys.exit(run(lambda argv: main(), "study/recipes.py"))

@@ -1,10 +1,10 @@
 """
 The reproduction study's tables, verdicts and strip plots, regenerated from the committed JSON under
-results/study/ (written by results/study.sh): the section of results/README.md between the markers
+results/study/ (written by study/study.sh): the section of results/README.md between the markers
 `<!-- study:begin -->` and `<!-- study:end -->`, round two's between `<!-- round2:begin -->` and
-`<!-- round2:end -->`, and results/study/TASK.png (README.md's results lines: results/exclusions.py).
+`<!-- round2:end -->`, and results/study/TASK.png (README.md's results lines: study/exclusions.py).
 
-    python results/study.py        # deterministic: the same JSON gives the same bytes
+    python study/study.py        # deterministic: the same JSON gives the same bytes
 
 The protocol, declared in this file before the runs it judges:
 - A run has *converged* when it solved its training lengths: in-distribution exact match at its own test
@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if __package__ in (None, ""):  # run as `python results/study.py`: the repository is the import root
+if __package__ in (None, ""):  # run as `python study/study.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from config import Config  # noqa: E402
@@ -41,7 +41,7 @@ from tasks import eval_set, get_task, task_kwargs  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
 from lab.cli import no_arguments, run  # noqa: E402
 from lab.files import atomic_write
-from results import choice  # noqa: E402
+from study import choice  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")
 ROUND2 = os.path.join(ROOT, "results", "round2")  # part C: the main rows again at the ladder's rung (round_two)
@@ -80,7 +80,7 @@ def declared(name: str, first: int = 0) -> range:
 
 
 def trained(task: str, name: str) -> int:
-    """The seeds results/study.sh trains for a row (the declared count, or more where GROWN)."""
+    """The seeds study/study.sh trains for a row (the declared count, or more where GROWN)."""
     return GROWN.get((task, name), len(declared(name)))
 
 
@@ -105,7 +105,7 @@ def load(task: str) -> dict:
 
 def round_two(task: str):
     """(choice, rows) of a task's round two (part C), or None before its rung is chosen. choice.json, written
-    once by results/ladder.py when its rule first picks a rung, holds the rung, its flags, the first of the
+    once by study/ladder.py when its rule first picks a rung, holds the rung, its flags, the first of the
     16 declared seeds a row, and per row the directory whose runs are the same command (the ladder's rung,
     or the first round at r1): a declared seed trained there is read from there, not trained again."""
     choice = read_choice(task)
@@ -120,7 +120,7 @@ def round_two(task: str):
 
 
 def read_choice(task: str, need=("first", "seeds", "flags", "reuse", "rung", "why")):
-    """results/round2/TASK/choice.json, checked by results/choice.py's rules, or None while there is none; a
+    """results/round2/TASK/choice.json, checked by study/choice.py's rules, or None while there is none; a
     damaged or hand-edited one is a ValueError naming the file (one line)."""
     return choice.read(os.path.join(ROUND2, task, "choice.json"), task, ROOT, need)
 
@@ -359,7 +359,7 @@ def per_length(rows: dict, names: list[str]) -> list[str]:
     head = "| seed 0 | " + " | ".join(f"n={n}" + (" (ID)" if n <= e0["n_max"] else "") for n in e0["lengths"]) + " | ID | OOD | minutes |"
     lines = ["Accuracy per length at each row's own test rule (seed 0; looped rows: K = T(n) or the learned rule; "
              "the NTP rows: greedy decoding at their one depth, c = T_max, so no K axis). Rerun: `STAGE=3 bash "
-             "results/study.sh` (each row is `python train.py --task TASK --schedule ROW`); minutes = training time:", "",
+             "study/study.sh` (each row is `python train.py --task TASK --schedule ROW`); minutes = training time:", "",
              head, "|---" * (len(e0["lengths"]) + 4) + "|"]
     for name, e in runs.items():
         m = e["metrics"]
@@ -393,7 +393,7 @@ def hardware_lines(rows: dict) -> list[str]:
     """Where each row's seeds ran, their training minutes, and, in a row with seeds on two machines, a
     Welch test of Oracle OOD between them (the machines change the rounding, not the experiment)."""
     lines = ["Where the seeds ran (eval.json's env; CPU runs shared the 2 cores two to four at a time, CUDA runs 14 at "
-             "a time on one GPU, results/cuda/run.sh):", ""]
+             "a time on one GPU, study/cuda/run.sh):", ""]
     for name, runs in rows.items():
         by = {}
         for e in runs:
@@ -496,13 +496,13 @@ def main() -> None:
                      two and (two[0], {n: with_hard_shortcut(r) for n, r in two[1].items()})))
     body, plt = [], pyplot()
     if plt is None:
-        print("results/study.py: matplotlib is not installed; tables only, the plots are skipped", file=sys.stderr)
+        print("study/study.py: matplotlib is not installed; tables only, the plots are skipped", file=sys.stderr)
     two_body = []
     for task, rows, two in data:
         if rows:
             body += section(task, rows, plt)
         if two is None or not two[1]:
-            two_body += [f"- {task}: " + ("rung not chosen yet (results/ladder.py, part C)." if two is None else
+            two_body += [f"- {task}: " + ("rung not chosen yet (study/ladder.py, part C)." if two is None else
                                           f"rung {two[0]['rung']} chosen ({two[0]['why']}); no finished run yet."), ""]
             continue
         choice, rows2 = two
@@ -518,5 +518,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # a damaged or inconsistent input (ValueError): one line naming it, exit 2
-    no_arguments("results/study.py")
-    sys.exit(run(lambda argv: main(), "results/study.py"))
+    no_arguments("study/study.py")
+    sys.exit(run(lambda argv: main(), "study/study.py"))

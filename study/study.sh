@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The reproduction study: the primary paper's table and ablations at laptop scale (results/README.md).
 #
-#   bash results/study.sh                  # train every missing seed (finished ones are skipped), then the tables
-#   bash results/study.sh --tables-only    # regenerate results/README.md's study tables and plots from the JSON
-#   NPROC=1 bash results/study.sh          # torchrun ranks of one thread each (default 2: one per core)
-#   STAGE=2 bash results/study.sh          # only one stage (1-7, below), then the tables
+#   bash study/study.sh                  # train every missing seed (finished ones are skipped), then the tables
+#   bash study/study.sh --tables-only    # regenerate results/README.md's study tables and plots from the JSON
+#   NPROC=1 bash study/study.sh          # torchrun ranks of one thread each (default 2: one per core)
+#   STAGE=2 bash study/study.sh          # only one stage (1-7, below), then the tables
 #
 # This is the first round (800 / 1500 steps). Stage 7 grew some rows after a look at their data; such seeds
-# are listed in results/study.py's GROWN and enter only its secondary analysis (tests/test_results.py checks
-# that the two agree). Under the protocol (results/study.py's docstring) no row grows after a look.
+# are listed in study/study.py's GROWN and enter only its secondary analysis (tests/test_results.py checks
+# that the two agree). Under the protocol (study/study.py's docstring) no row grows after a look.
 #
 # Every run is `python train.py --task TASK ...` with the task's CPU recipe; seed k of every row starts
 # from the same initial weights and sees the same batches (controlled seeds). A run writes
@@ -16,12 +16,12 @@
 # (git-ignored). A killed study resumes where it stopped: `--resume` continues a run from its checkpoint
 # and skips a finished one. Tasks: dyck (its hard subset reported) and copy, the depth-matters task
 # (results/README.md, "What learns"), both at their CPU recipes. Seeds trained elsewhere join a row: a GPU
-# lease runs the same rows on CUDA in fp32 (results/cuda/run.sh), and eval.json records each seed's machine.
+# lease runs the same rows on CUDA in fp32 (study/cuda/run.sh), and eval.json records each seed's machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NPROC=${NPROC:-2}
 STAGE=${STAGE:-all}
-bad() { echo "results/study.sh: $1" >&2; exit 2; }
+bad() { echo "study/study.sh: $1" >&2; exit 2; }
 case "${1:-}" in ""|--tables-only) ;; *) bad "unknown argument '$1' (allowed: none, --tables-only)" ;; esac
 [ $# -le 1 ] || bad "one argument at most, got $#"
 [[ "$NPROC" =~ ^[1-9][0-9]*$ ]] || bad "NPROC=$NPROC must be a positive integer"
@@ -80,13 +80,13 @@ if [ "${1:-}" != "--tables-only" ]; then
       row "$t" multidepth 8 --schedule multidepth --w 5
       row "$t" ponder 8 --schedule ponder
     done
-    row copy fixed_window 16 --schedule fixed_window --w 5   # grown after its 8-seed look (results/study.py GROWN)
+    row copy fixed_window 16 --schedule fixed_window --w 5   # grown after its 8-seed look (study/study.py GROWN)
     row dyck lognormal_poisson 8 --schedule lognormal_poisson --r_bar 10
     row dyck trm_halt 8 --schedule trm_halt --trm_steps 3
     row dyck matched 24 --schedule matched                  # extended for the spread test rl vs matched
-    row dyck rl 24 --schedule rl --lambda_ent 0.001         # (grown after a look; results/study.py GROWN)
+    row dyck rl 24 --schedule rl --lambda_ent 0.001         # (grown after a look; study/study.py GROWN)
     row copy matched 24 --schedule matched                  # and for window vs matched on copy (0.57 at 24)
     row copy window 24 --schedule window --w 5
   fi
 fi
-python results/study.py
+python study/study.py

@@ -1,7 +1,7 @@
 """Block applications per sample, mean training depth and time per step of every schedule (dyck, batch 64,
 train.py's default model), with and without the shrinking active set.
 
-    python results/schedule_table.py --threads 2     # writes results/schedules.json, prints the table
+    python study/schedule_table.py --threads 2     # writes results/schedules.json, prints the table
 """
 
 import os
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-if __package__ in (None, ""):  # run as `python results/schedule_table.py`: the repository is the import root
+if __package__ in (None, ""):  # run as `python study/schedule_table.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import config  # noqa: E402
 from halting import SCHEDULES  # noqa: E402

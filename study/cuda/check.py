@@ -1,11 +1,11 @@
 """
 The GPU check: what the CPU suite cannot show (tests/test_device.py simulates a second device).
 
-    python results/cuda/check.py --part schedules   # every schedule: 3 training steps + an evaluation on
+    python study/cuda/check.py --part schedules   # every schedule: 3 training steps + an evaluation on
                                                     # CPU fp32, CUDA fp32 and CUDA bf16, from the same weights
-    python results/cuda/check.py --part time        # ms per training step at --preset paper, fp32 vs bf16
+    python study/cuda/check.py --part time        # ms per training step at --preset paper, fp32 vs bf16
 
-Run by results/cuda/run.sh on the lent GPU machine; the output is committed as results/cuda/*.txt/json.
+Run by study/cuda/run.sh on the lent GPU machine; the output is committed as study/cuda/*.txt/json.
 Nothing here is asserted: a difference between devices is printed, and read in results/README.md.
 """
 
@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-if __package__ in (None, ""):  # run as `python results/cuda/check.py`: the repository is the import root
+if __package__ in (None, ""):  # run as `python study/cuda/check.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 

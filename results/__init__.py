@@ -1,1 +1,0 @@
-"""The study scripts and their committed runs (results/README.md): importable as `from results import study`."""
