@@ -95,7 +95,7 @@ class Config:
     data_seed: int = opt(-1, "seed of the training batches (-1: --seed)")
     perturb: float = opt(0.0, "multiply every initial weight by (1 + perturb * N(0, 1)) from a stream of its own "
                               "(--perturb_seed): a replicate of the seed nudged by rounding-sized noise, to measure how "
-                              "much of a spread is numerical chaos (results/chaos.py); 0: off, bitwise the plain run")
+                              "much of a spread is numerical chaos (study/chaos.py); 0: off, bitwise the plain run")
     perturb_seed: int = opt(0, "the replicate J of --perturb: its noise is drawn from perturb_stream(seed, J)")
     seeds: int = opt(1, "number of seeds: runs seed..seed+seeds-1 into out_dir/seed{k}/")
     stack: int = opt(0, "train the seeds in chunks of this many as one batched program (lab/stack.py; 0: one at a "

@@ -245,7 +245,7 @@ def against(new: list, ref: list, splits: int = SPLITS, seed: int = 0) -> dict:
     permutation p over the splits of the pooled runs (resplits; the observed split among them), and the family is
     judged by Westfall and Young's min-P: a test's family-wise p is the share of splits whose smallest p over all
     tests is at or below its own, and it differs where that is at most ALPHA. Under the null (the runs exchangeable
-    as resplits exchanges them) the chance that any test differs is at most ALPHA; results/against.py measures it
+    as resplits exchanges them) the chance that any test differs is at most ALPHA; study/against.py measures it
     on the committed ensembles, where that holds only approximately."""
     if len({e["seed"] for e in new}) < 2 or len({e["seed"] for e in ref}) < 2:
         raise ValueError("--against: fewer than two seeds on one side; nothing to compare")

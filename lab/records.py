@@ -167,14 +167,14 @@ def load_eval(run_dir: str) -> dict:
         if isinstance(e["metrics"], dict) and not want <= set(e["metrics"]):  # written before metrics.depth_use
             e["metrics"].update(metrics.depth_use(e["lengths"], e["acc"], hard, e["n_max"], e["K"]))
         check_metrics("metrics", e["metrics"], len(e["lengths"]))
-        if "raw_metrics" in e:  # an EMA run's raw weights, read as metrics by results/ladder.py
+        if "raw_metrics" in e:  # an EMA run's raw weights, read as metrics by study/ladder.py
             if not isinstance(e["raw_metrics"], dict):
                 raise ValueError(f"'raw_metrics' must be an object, got {show(e['raw_metrics'])}")
             check_metrics("raw_metrics", e["raw_metrics"], len(e["lengths"]))
         for key, kind in TOP_KINDS.items():
             if key in e:
                 check_value(repr(key), e[key], kind)
-        if "env" in e:  # where the run ran (results/study.py, ladder.py, chaos.py)
+        if "env" in e:  # where the run ran (study/study.py, ladder.py, chaos.py)
             if not isinstance(e["env"], dict):
                 raise ValueError(f"'env' must be an object, got {show(e['env'])}")
             for key, kind in (("cpu", "str?"), ("hardware", "str?"), ("cpu_count", "int?")):

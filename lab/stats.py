@@ -3,7 +3,7 @@ Statistics over seeds: is one schedule's mean or spread of out-of-distribution a
 another's? numpy only (no scipy), each test checked against textbook values in tests/test_stats.py.
 
 Seed k of every row starts from the same initial weights and sees the same batches (controlled seeds),
-so two rows are *paired* samples: the paired tests are the primary ones (results/study.py), the
+so two rows are *paired* samples: the paired tests are the primary ones (study/study.py), the
 unpaired ones stay beside them.
 
     paired_t(a, b)         paired t-test of the mean difference a_k - b_k, two-sided p, 95% interval
@@ -365,7 +365,7 @@ def holm(ps: list) -> list:
     return out
 
 
-# --- seed or chaos? perturbation replicates of a seed (results/chaos.py) --------------------------------
+# --- seed or chaos? perturbation replicates of a seed (study/chaos.py) --------------------------------
 
 def f_quantile(q: float, d1: float, d2: float) -> float:
     """The q-quantile of the F(d1, d2) distribution: the F with Pr(F' <= F) = q, by bisection on f_upper_p."""

@@ -33,7 +33,7 @@ from lab.files import atomic_write, read_json
 from metrics import fmt
 
 # --perturb replicates of a seed are runs of the same experiment: a seed's plain run and its runs nudged by a
-# rounding-sized --perturb EPS --perturb_seed J share its row, as results/chaos.py pools r 0 with r 1-4 (replicate()
+# rounding-sized --perturb EPS --perturb_seed J share its row, as study/chaos.py pools r 0 with r 1-4 (replicate()
 # keeps them apart within the row, and the row's tests count the seed once). A larger EPS changes the experiment
 # (its runs start elsewhere, not one rounding away): another row, labelled by it.
 REPLICATE_EPS = 1e-5  # under a hundred float32 roundings (2^-23 each): a replicate; above it, part of the key
