@@ -102,9 +102,11 @@ def pair_lines(name_a: str, a: list, name_b: str, b: list, keys) -> list[str]:
             # 80% power of the paired t at these pairs: (t_.975 + t_.80) sd(d) / sqrt(k)
             k = len(d)
             detect = (stats.t_quantile(0.05, k - 1) + stats.t_quantile(0.40, k - 1)) * float(d.std(ddof=1)) / math.sqrt(k)
+            span = (f"[{lo:+.1f}, {hi:+.1f}]" if math.isfinite(lo) and math.isfinite(hi) else
+                    f"(no 95% interval at {k} pairs: the test's smallest p is {2 / 2 ** k:.2g})")
             mean = (f"{name}: {name_a} {ma.mean():.1f} vs {name_b} {mb.mean():.1f}, paired on the {k} seeds both have "
                     f"({counts(ca)} vs {counts(cb)}" + (f"; {' and '.join(left)} left out" if left else "") + "), difference "
-                    f"{d.mean():+.1f} [{lo:+.1f}, {hi:+.1f}] (the seeds' differences: sign-flip p {stats.sign_flip(d):.2g}, "
+                    f"{d.mean():+.1f} {span} (the seeds' differences: sign-flip p {stats.sign_flip(d):.2g}, "
                     f"uncorrected; the interval inverts it)")
         else:
             m = stats.cluster_welch(A, B)

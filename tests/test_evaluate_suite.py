@@ -231,9 +231,14 @@ def test_significance_lines_between_rows(capsys):
     window = [synthetic_eval(s, [1.0, 1.0, v]) for s, v in enumerate([0.7, 0.72, 0.74, 0.76])]
     fixed = [synthetic_eval(s, [1.0, 1.0, v], schedule="fixed") for s, v in enumerate([0.99, 0.98, 0.1, 0.97])]
     md, rows = tables.table(tables.group_runs(window + fixed))
-    line = [l for l in md.splitlines() if " vs " in l]
-    assert len(line) == 1 and "Welch p " in line[0] and "permutation p " in line[0]  # Oracle OOD (no hard subset here)
+    line = [l for l in md.splitlines() if " vs " in l]  # seeds 0-3 on both sides: paired
+    assert len(line) == 1 and "sign-flip p " in line[0] and "permutation p " in line[0]  # Oracle OOD (no hard subset)
+    assert "paired on the 4 seeds" in line[0] and "no 95% interval at 4 pairs" in line[0] and "inf" not in line[0]
     assert "4 runs vs 4 runs" in line[0] and "detectable" not in line[0] and "80% power" in line[0]
+    for e in fixed:  # fresh seeds: unpaired, Welch on the seeds' means
+        e["seed"] += 10
+    line = [l for l in tables.table(tables.group_runs(window + fixed))[0].splitlines() if " vs " in l]
+    assert len(line) == 1 and "no seed in common" in line[0] and "Welch's t" in line[0] and "permutation p " in line[0]
 
 
 def test_cli_tables_go_to_stdout_and_to_files_only_when_asked(tmp_path, capsys):

@@ -85,10 +85,14 @@ def test_tables_hold_replicates_in_one_row_with_their_within_seed_std():
     runs = [fake(s, j, y) for s, v in ys.items() for j, y in enumerate(v, start=1)]
     groups = tables.group_runs(runs)
     assert len(groups) == 1 and len(next(iter(groups.values()))) == 6
-    # EPS is part of the experiment: the plain runs of the same seeds are another row, labelled by it
+    # a rounding-sized nudge (<= REPLICATE_EPS) is a replicate: the plain runs of the same seeds join the row
     both = tables.group_runs(runs + [fake(0, 0, 11.0), fake(1, 0, 32.0)])
-    assert sorted(len(g) for g in both.values()) == [2, 6]
-    assert sorted(label for _, label in both) == ["fixed c=20 perturb=0", "fixed c=20 perturb=1e-06"]
+    assert [len(g) for g in both.values()] == [8] and [label for _, label in both] == ["fixed c=20"]
+    # a nudge above it is part of the experiment: another row, labelled by it
+    big = [{**e, "config": {**e["config"], "perturb": 1e-3}} for e in runs]
+    apart = tables.group_runs(big + [fake(0, 0, 11.0), fake(1, 0, 32.0)])
+    assert sorted(len(g) for g in apart.values()) == [2, 6]
+    assert sorted(label for _, label in apart) == ["fixed c=20 perturb=0", "fixed c=20 perturb=0.001"]
     row = tables.table_row(next(iter(groups.values())))
     # by hand: within-seed sums of squares 8 and 14 over 2 + 2 degrees of freedom
     assert math.isclose(row["within_seed_std"], math.sqrt(22 / 4)) and row["n_seeds"] == 2
