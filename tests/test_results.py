@@ -10,6 +10,8 @@ import config
 from lab import records, stats
 from study import recipes
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 @pytest.fixture
 def round2(tmp_path, monkeypatch):
@@ -430,3 +432,19 @@ def test_the_chaos_study_analyses_complete_layers_of_converged_runs_only(tmp_pat
     assert len(out["family"]) == 4 and all(0 < t["p"] <= 1 and t["holm_p"] >= t["p"] for t in out["family"])
     text = "\n".join(lines)
     assert "fixed +1.00 [+0.99, +1.00], seed-driven" in text and "excludes a seed share of one half or less" in text and "Verdicts: " in text
+
+
+def test_the_readmes_against_sentence_is_what_study_against_measured():
+    """README.md's `--against` paragraph: its false-alarm count and rate and its two powers are
+    results/against/against.json's (python study/against.py), not numbers typed once."""
+    d = json.load(open(os.path.join(ROOT, "results", "against", "against.json")))
+    text = " ".join(open(os.path.join(ROOT, "README.md")).read().split())
+    fa = d["false_alarms"]["all"]
+    assert (f"On {fa['splits']} null splits of the committed ensembles (the same method on both sides) it said "
+            f"\"differs\" {fa['differs']} times ({100 * fa['rate']:.1f}% [{100 * fa['lo']:.1f}, {100 * fa['hi']:.1f}])") in text
+    five = [p for p in d["power"] if p["runs"] == 5]
+    wf = [p for p in five if p["change"] == "window against fixed"]
+    w2 = [p for p in five if p["change"] == "window w = 2 against w = 5"]
+    assert len(w2) == 1 and all(p["differs"] == p["splits"] for p in wf)
+    assert f"{wf[0]['differs']} of {wf[0]['splits']} draws of 5 runs" in text
+    assert f"w = 2 against w = 5 in {w2[0]['differs']} of {w2[0]['splits']}:" in text
