@@ -9,7 +9,8 @@ the test lengths n > n_max (longer than any training input), "ID" the others.
     val-K(n)       acc[n][K*(n)] with K*(n) = argmax_K of the same matrix on a *validation* draw of
                    length n (its own seed): the best depth per length, chosen without the test labels
     ID-K           acc[n][K_id] with one K_id per run, chosen on the validation draws of the ID lengths:
-                   what a user without any OOD labels would get
+                   what a user without any OOD labels would get (a tie goes to the smallest K: a run at
+                   100% in distribution from K = 1 on reports ID-K at K = 1)
     T(n) acc.      acc[n][min(T(n), T_test)]  (Fan et al.'s "oracle", named distinctly here)
     per-sample     Pr_x[some K is correct]
     Policy(n)      accuracy at the schedule's own test-time depth;  Gap = Oracle OOD - Policy OOD (pp)
