@@ -22,7 +22,7 @@ from halting import settings
 import metrics
 import ntp
 from tasks import get_task, task_kwargs
-from lab.files import OWN_FILES, temp_file
+from lab.files import guarded, temp_file
 
 MAX_SEED = 2 ** 32 - 1
 
@@ -227,11 +227,10 @@ def creatable(folder: str) -> bool:
 
 def check_output(flag: str, path: str, folder: bool = False) -> None:
     """An output a command writes when asked (evaluate.py --out and --plot, bench.py --json, theory_checks.py
-    --json), checked before any work: never a run's own file (OWN_FILES: a finished run's record would be
-    replaced), a file (a folder with folder=True, created if missing) where one can really be created."""
-    if not folder and os.path.basename(path) in OWN_FILES:
-        raise ValueError(f"{flag} {path!r}: {os.path.basename(path)} is the name of a run's own file "
-                         f"({', '.join(OWN_FILES)}), which it would replace; choose another name")
+    --json), checked before any work: never a run's own file (files.guarded: its record, its lock, a temp file),
+    a file (a folder with folder=True, created if missing) where one can really be created."""
+    if not folder and guarded(path):
+        raise ValueError(f"{flag} {path!r}: {guarded(path)}; choose another name")
     if not folder and os.path.isdir(path):
         raise ValueError(f"{flag} {path!r}: is a folder; name a file")
     p = os.path.abspath(path) if folder else os.path.dirname(os.path.abspath(path))
