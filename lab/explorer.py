@@ -98,13 +98,27 @@ def sample_data(e: dict) -> dict | None:
     return out
 
 
+def finite_json(v) -> bool:
+    """Whether json.dumps(v, allow_nan=False) holds: no NaN or infinity anywhere in v."""
+    try:
+        json.dumps(v, allow_nan=False)
+        return True
+    except ValueError:
+        return False
+
+
 def write(path: str, evals: list, title: str) -> None:
     """The page of the runs (one task) to path, written atomically."""
     if len({e["task"] for e in evals}) > 1:
         raise ValueError(f"--html shows one task a page; these runs hold {', '.join(sorted({e['task'] for e in evals}))}: "
                          f"name the folders of one task")
     runs = [run_data(e) | {"samples": sample_data(e)} for e in evals]
-    data = json.dumps({"task": evals[0]["task"], "title": title, "runs": runs}, separators=(",", ":"))
+    try:  # never NaN or Infinity in the page: JSON.parse rejects them, and every view would be blank
+        data = json.dumps({"task": evals[0]["task"], "title": title, "runs": runs}, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        bad = [e["run_dir"] for e, r in zip(evals, runs) if not finite_json(r)]
+        raise ValueError(f"--html: {', '.join(bad) or 'a run'} holds a non-finite number (NaN or Infinity), which "
+                         f"the page's JSON cannot hold; nothing written") from None
     html = PAGE.replace("/*DATA*/", data.replace("<", "\\u003c"))  # a "</script>" or "<!--" in a string would end the block
     atomic_write(path, lambda f: f.write(html.encode()))
 

@@ -229,3 +229,17 @@ def test_j1_a_hostile_hash_runs_no_script_in_a_browser(tmp_path):
     no_script_error(r)
     assert "<img" not in r.stdout and '<section id="runs" class="on"' in r.stdout
     assert re.search(r"<option selected=\"\">oracle</option>", r.stdout)
+
+
+def test_s30_the_page_never_holds_nan(tmp_path):
+    """C / S30 (issue 71): acc[0][0] NaN gave a page whose data JSON.parse rejects (every view blank). load_eval
+    refuses such a run (tests/test_records.py); the page's writer itself never writes NaN or Infinity either:
+    one line naming the run, nothing written.
+    Failed before its fix: Failed: DID NOT RAISE <class 'ValueError'>."""
+    from lab import explorer
+    e = records.load_eval(COMMITTED[2])
+    e["acc"][0][0] = float("nan")  # past the reader (a caller's own dict)
+    page = tmp_path / "page.html"
+    with pytest.raises(ValueError, match=f"--html: {COMMITTED[2]} holds a non-finite number"):
+        explorer.write(str(page), [e], "t")
+    assert not page.exists()
