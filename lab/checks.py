@@ -54,7 +54,8 @@ def validate(cfg) -> None:
     checks = [
         (cfg.T_max >= 1, f"--T_max {cfg.T_max}: must be >= 1"),
         (0 <= cfg.c <= cfg.T_max, f"--c {cfg.c}: must be in 1..T_max ({cfg.T_max}), or 0 for T_max"),
-        (cfg.T_test >= cfg.T_max, f"--T_test {cfg.T_test}: must be >= T_max ({cfg.T_max})"),
+        # (an NTP baseline scores itself at its one depth c: it reads no T_test, config.check_unread)
+        (cfg.T_test >= cfg.T_max or cfg.schedule in ntp.SCHEDULES, f"--T_test {cfg.T_test}: must be >= T_max ({cfg.T_max})"),
         (1 <= cfg.n_min <= cfg.n_max, f"--n_min {cfg.n_min} --n_max {cfg.n_max}: need 1 <= n_min <= n_max"),
         (cfg.max_iters >= 1, f"--max_iters {cfg.max_iters}: must be >= 1"),
         (cfg.batch_size >= 1, f"--batch_size {cfg.batch_size}: must be >= 1"),
