@@ -140,20 +140,36 @@ SHARED = ("T_max", "d_model")  # read by the model and by every schedule (a lear
 
 
 def knobs_of(schedule: str) -> list[str]:
-    """The flags schedule `schedule` reads: halting.settings (less pad_id, not a flag), or ntp.py's."""
-    return list(ntp.KNOBS[schedule]) if schedule in ntp.KNOBS else [k for k in settings(schedule) if k != "pad_id"]
+    """The flags schedule `schedule` reads: halting.settings less what its loss and policy never read (its class's
+    `unread`; pad_id, not a flag), or ntp.py's."""
+    if schedule in ntp.KNOBS:
+        return list(ntp.KNOBS[schedule])
+    return [k for k in settings(schedule) if k != "pad_id" and k not in SCHEDULES[schedule].unread]
+
+
+# flags read only under a switch: named with the switch off, the run would not read them
+NEEDS = {"curriculum_start": "curriculum", "curriculum_every": "curriculum", "ema_start": "ema"}
 
 
 def check_unread(cfg: Config, given: set) -> None:
-    """A flag named on the command line (`given`) with a value other than its default, which the run's schedule
-    or task does not read, is refused in one line: `--schedule matched --w 3` would otherwise train matched and
-    say nothing. Presets and recipes set defaults, not flags, so they are never refused."""
+    """A flag named on the command line (`given`) with a value other than its default, which the run does not read,
+    is refused in one line: `--schedule matched --w 3` would otherwise train matched and say nothing. "Read" is
+    what the run's computation reads: the schedule's knobs (knobs_of: its loss and policy), the task's, the
+    switches' (NEEDS: --curriculum_every without --curriculum), and the looped model's flags an NTP baseline
+    ignores (ntp.UNREAD). Presets and recipes set defaults, not flags, so they are never refused."""
     schedule_knobs = {k for s in [*SCHEDULES, *ntp.KNOBS] for k in knobs_of(s)} - set(SHARED)
     task_knobs = {k for t in TASKS.values() for k in t.knobs}
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
         if f.name not in given or v == f.default:
             continue
+        flag = f"--no-{f.name}" if v is False else f"--{f.name} {v}"
+        if f.name in NEEDS and not getattr(cfg, NEEDS[f.name]):
+            switch = "--curriculum" if NEEDS[f.name] == "curriculum" else "--ema DECAY (> 0)"
+            raise ValueError(f"{flag}: read only with {switch}, which is off; add it or drop {flag.split()[0]}")
+        if f.name in ntp.UNREAD.get(cfg.schedule, ()):
+            raise ValueError(f"{flag}: the NTP baseline {cfg.schedule} does not read it (it scores itself at its one "
+                             f"depth c, its model is its own); its knobs: {', '.join(knobs_of(cfg.schedule))}")
         if f.name in schedule_knobs and f.name not in knobs_of(cfg.schedule):
             raise ValueError(f"--{f.name} {v}: schedule {cfg.schedule} does not read it; its knobs: "
                              f"{', '.join(knobs_of(cfg.schedule))}")

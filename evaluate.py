@@ -80,6 +80,8 @@ def parse_args(argv=None) -> Args:
         raise ValueError(f"--samples {args.samples} --tol {args.tol}: need samples >= 0 and a finite tol >= 0")
     if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
         raise ValueError(f"--device {args.device}: not available here; use cpu" + (", cuda" if torch.cuda.is_available() else ""))
+    if args.out:  # a prefix is a file's name too: --out DIR/ would write DIR/.md and DIR/.json
+        checks.file_target("--out", args.out)
     for target in (args.out and [f"{args.out}.md", f"{args.out}.json"]) or []:
         checks.check_output("--out", target)  # never a run's own file (--out RUN/eval), a file that can be created
     if args.plot:  # created if missing (when the plots are drawn)

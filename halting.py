@@ -113,6 +113,9 @@ class Schedule(nn.Module):
     name = "base"
     # the keys of the stats dict its loss returns, in order (lab/stack.py's stacked stats keep this order)
     stat_names = ("loss", "block_evals", "depth")
+    # settings its constructor takes (through a base) that its loss and policy never read: a flag for one of them
+    # would change nothing, so train.py refuses it (config.knobs_of); tests/test_halting.py checks each one bitwise
+    unread = ()
 
     def __init__(self, *, T_max: int = 20, active_set: bool = True, bptt_k: int = 0, loss_weight: str = "sample"):
         super().__init__()
@@ -347,6 +350,7 @@ class HaltingHead(Schedule):
     positions are left out of the pool; None: every position is real)."""
 
     detach_input = False  # rl: True (the head never sends gradient into the transformer)
+    unread = ("active_set",)  # ponder, act, trm_halt unroll every sample to T_max (their losses weigh every depth)
 
     def __init__(self, *, d_model: int, pad_id: int | None = None, **base):
         super().__init__(**base)
@@ -431,6 +435,7 @@ class RLHalting(HaltingHead):
     """
 
     name = "rl"
+    unread = ()  # the active set shrinks its sampled-depth pass (block_counts: the gradient applications it counts)
     detach_input = True
     stat_names = ("loss", "halt_loss", "block_evals", "block_evals_grad", "depth", "baseline")
 

@@ -5,7 +5,7 @@ A bad value raises ValueError with one line naming it and what is allowed (cli.r
 
     validate(cfg)          every setting of a train.py run, before anything is written
     check_output(flag, p)  an output flag's file (--out, --json, --plot): never a run's own file, in a folder
-                           where a file can really be created
+                           where a file can really be created (file_target: the path split as it is written)
     pick_device(name)      auto -> cuda, mps or cpu
 """
 
@@ -22,7 +22,7 @@ from halting import settings
 import metrics
 import ntp
 from tasks import get_task, task_kwargs
-from lab.files import OWN_FILES, temp_file
+from lab.files import guarded, temp_file
 
 MAX_SEED = 2 ** 32 - 1
 
@@ -54,7 +54,8 @@ def validate(cfg) -> None:
     checks = [
         (cfg.T_max >= 1, f"--T_max {cfg.T_max}: must be >= 1"),
         (0 <= cfg.c <= cfg.T_max, f"--c {cfg.c}: must be in 1..T_max ({cfg.T_max}), or 0 for T_max"),
-        (cfg.T_test >= cfg.T_max, f"--T_test {cfg.T_test}: must be >= T_max ({cfg.T_max})"),
+        # (an NTP baseline scores itself at its one depth c: it reads no T_test, config.check_unread)
+        (cfg.T_test >= cfg.T_max or cfg.schedule in ntp.SCHEDULES, f"--T_test {cfg.T_test}: must be >= T_max ({cfg.T_max})"),
         (1 <= cfg.n_min <= cfg.n_max, f"--n_min {cfg.n_min} --n_max {cfg.n_max}: need 1 <= n_min <= n_max"),
         (cfg.max_iters >= 1, f"--max_iters {cfg.max_iters}: must be >= 1"),
         (cfg.batch_size >= 1, f"--batch_size {cfg.batch_size}: must be >= 1"),
@@ -225,16 +226,30 @@ def creatable(folder: str) -> bool:
         return False
 
 
+def file_target(flag: str, path: str) -> tuple:
+    """(folder, name) of an output file as the OS will resolve `path` when it is written: the one normalisation
+    every output check uses, so the check looks at the file the write creates. A path whose form names a folder
+    (empty, ending in a separator, its last part '.' or '..') is refused, whatever is on disk: the string
+    check saw no name in it and the write failed after the work (--html NEWDIR/)."""
+    folder, name = os.path.split(path)
+    if not path or path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)) or name in ("", ".", ".."):
+        raise ValueError(f"{flag} {path!r}: names a folder (a path ending in '{os.sep}', '.' or '..'), not a file; "
+                         f"name the file, e.g. {os.path.join(path, 'out')!r}")
+    return folder or os.curdir, name
+
+
 def check_output(flag: str, path: str, folder: bool = False) -> None:
     """An output a command writes when asked (evaluate.py --out and --plot, bench.py --json, theory_checks.py
-    --json), checked before any work: never a run's own file (OWN_FILES: a finished run's record would be
-    replaced), a file (a folder with folder=True, created if missing) where one can really be created."""
-    if not folder and os.path.basename(path) in OWN_FILES:
-        raise ValueError(f"{flag} {path!r}: {os.path.basename(path)} is the name of a run's own file "
-                         f"({', '.join(OWN_FILES)}), which it would replace; choose another name")
-    if not folder and os.path.isdir(path):
-        raise ValueError(f"{flag} {path!r}: is a folder; name a file")
-    p = os.path.abspath(path) if folder else os.path.dirname(os.path.abspath(path))
+    --json), checked before any work on the path as file_target splits it: never a run's own file
+    (files.guarded: its record, its lock, a temp file), a file (a folder with folder=True, created if missing)
+    where one can really be created."""
+    if not folder:
+        parent, name = file_target(flag, path)
+        if guarded(name):
+            raise ValueError(f"{flag} {path!r}: {guarded(name)}; choose another name")
+        if os.path.isdir(path):
+            raise ValueError(f"{flag} {path!r}: is a folder; name a file")
+    p = os.path.abspath(path) if folder else parent
     while folder and not os.path.lexists(p):  # a folder is created if missing: its nearest existing parent
         p = os.path.dirname(p)
     if not os.path.isdir(p):

@@ -258,6 +258,12 @@ def against(new: list, ref: list, splits: int = SPLITS, seed: int = 0) -> dict:
                          f"or none of its seeds (fresh seeds)")
     Yn, unread_new = family_values(new)
     Yr, unread_ref = family_values(ref)
+    # a run without a metric (None: nothing tested there) is named and counted, never dropped from its test unsaid
+    # (a non-finite or out-of-range number never gets here: records.load_eval refuses the run)
+    missing = {name: {side: [e["run_dir"] for e, v in zip(runs, Ys[:, j]) if np.isnan(v)]
+                      for side, runs, Ys in (("new", new, Yn), ("reference", ref, Yr))}
+               for j, (key, name, _) in enumerate(FAMILY) if key != "final_loss"}
+    missing = {k: v for k, v in missing.items() if 0 < len(v["new"]) + len(v["reference"]) < len(new) + len(ref)}
     Y, seeds, is_new = np.vstack([Yn, Yr]), [e["seed"] for e in new + ref], np.arange(len(new) + len(ref)) < len(new)
     A, B, within, arrangements = resplits(seeds, is_new, splits, np.random.default_rng(seed))
     tests, T, means, left_out, constant = [], [], {}, [], []
@@ -284,7 +290,7 @@ def against(new: list, ref: list, splits: int = SPLITS, seed: int = 0) -> dict:
             "p": {t: min(1.0, 2 * int(c[0, j]) / M) for j, t in enumerate(tests)},
             "adjusted": {t: hits[t] / M for t in tests}, "splits": splits, "within_seeds": within,
             "arrangements": arrangements, "left_out": left_out, "constant": constant,
-            "unread_new": unread_new, "unread_ref": unread_ref, "runs_new": len(new),
+            "unread_new": unread_new, "unread_ref": unread_ref, "missing": missing, "runs_new": len(new),
             "new": counts(clusters_of(new)), "ref": counts(clusters_of(ref)), "means": means}
 
 
@@ -329,6 +335,10 @@ def against_lines(r: dict) -> list[str]:
             lines.append(f"  final training loss: {len(unread)} {which} run(s) without a readable log (e.g. {unread[0]})"
                          + ("; the test is left out" if "final training loss (log10)" in r["left_out"] else
                             "; tested on the other runs"))
+    for name, sides in r.get("missing", {}).items():
+        lines.append(f"  {name}: " + "; ".join(f"{len(d)} {side} run(s) without a value (e.g. {d[0]})"
+                                               for side, d in sides.items() if d)
+                     + ("; the test is left out" if name in r["left_out"] else "; tested on the other runs"))
     others = [n for n in r["left_out"] if n != "final training loss (log10)" or not (r["unread_new"] or r["unread_ref"])]
     if others:
         lines.append(f"  left out (fewer than two seeds with the metric on a side): {', '.join(others)}")

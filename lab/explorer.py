@@ -2,7 +2,8 @@
 The depth explorer: `python evaluate.py DIR... --html FILE` writes one self-contained page that shows what a
 looped model does at every depth. Its object is acc[n][K] (metrics.py): exact match at every test length n
 and loop count K. Three views, picked by tabs or by the URL's hash (`FILE#view=run&run=3&cmp=5`;
-`&tip=i,j` hovers a cell, for a screenshot or a test):
+`&tip=i,j` hovers a cell, for a screenshot or a test). A page is a file people pass around: each value of the hash
+is one the page allows or its default, and what the views write into the page is escaped text or a number:
 
     runs     every run as a point per schedule: Oracle / val-K / policy OOD, the accuracy at K = 1 or the loop's
              gain (metrics.py's depth use) on all samples and on the hard subset, the spread over runs visible; a
@@ -97,13 +98,27 @@ def sample_data(e: dict) -> dict | None:
     return out
 
 
+def finite_json(v) -> bool:
+    """Whether json.dumps(v, allow_nan=False) holds: no NaN or infinity anywhere in v."""
+    try:
+        json.dumps(v, allow_nan=False)
+        return True
+    except ValueError:
+        return False
+
+
 def write(path: str, evals: list, title: str) -> None:
     """The page of the runs (one task) to path, written atomically."""
     if len({e["task"] for e in evals}) > 1:
         raise ValueError(f"--html shows one task a page; these runs hold {', '.join(sorted({e['task'] for e in evals}))}: "
                          f"name the folders of one task")
     runs = [run_data(e) | {"samples": sample_data(e)} for e in evals]
-    data = json.dumps({"task": evals[0]["task"], "title": title, "runs": runs}, separators=(",", ":"))
+    try:  # never NaN or Infinity in the page: JSON.parse rejects them, and every view would be blank
+        data = json.dumps({"task": evals[0]["task"], "title": title, "runs": runs}, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        bad = [e["run_dir"] for e, r in zip(evals, runs) if not finite_json(r)]
+        raise ValueError(f"--html: {', '.join(bad) or 'a run'} holds a non-finite number (NaN or Infinity), which "
+                         f"the page's JSON cannot hold; nothing written") from None
     html = PAGE.replace("/*DATA*/", data.replace("<", "\\u003c"))  # a "</script>" or "<!--" in a string would end the block
     atomic_write(path, lambda f: f.write(html.encode()))
 
@@ -127,10 +142,23 @@ acc[n][K]</a><a id="tab-sample" onclick="go({view: 'sample'})">samples</a></nav>
 <script type="application/json" id="data">/*DATA*/</script><script>
 const D = JSON.parse(document.getElementById('data').textContent), R = D.runs, $ = id => document.getElementById(id);
 const pct = v => v == null ? '-' : (100 * v).toFixed(1) + '%', num = v => v == null ? '-' : v.toFixed(1) + '%';
-const esc = t => String(t).replace(/&/g, '&amp;').replace(/</g, '&lt;');  // a token or a path as text, never as markup
+// Everything the views write into innerHTML is escaped text or a number: the strings of the data here, once
+// (a token when drawn), every number forced to a finite number or null, and the hash state checked in read()
+const ESC = {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'};
+const esc = t => String(t).replace(/[&<>"']/g, c => ESC[c]);  // a token or a path as text, never as markup
 const join = a => a.map(esc).join(a.every(t => t.length == 1) ? '' : ' ');  // one-character tokens without spaces
-R.forEach(r => { r.dir = esc(r.dir); r.group = esc(r.group); r.cutname = r.cutname.map(c => c && esc(c));
-                 r.cut_hard_name = r.cut_hard_name && esc(r.cut_hard_name); });
+const nums = v => Array.isArray(v) ? v.map(nums) : typeof v == 'number' && isFinite(v) ? v : null;
+R.forEach(r => {
+  r.dir = esc(r.dir); r.group = esc(r.group); r.cutname = r.cutname.map(c => c && esc(c));
+  r.cut_hard_name = r.cut_hard_name && esc(r.cut_hard_name);
+  for (const k of ['seed', 'n_max', 'n', 'K', 'acc', 'ok', 'stable', 'cut']) r[k] = nums(r[k]);
+  for (const k of ['hard', 'okh', 'pd', 'hard_frac']) r[k] = r[k] && r[k].map(v => v && nums(v));
+  r.cut_hard = nums(r.cut_hard);
+  for (const k in r.sum) r.sum[k] = nums(r.sum[k]);
+  for (const n in r.samples || {}) for (const x of r.samples[n]) {
+    x.depth = nums(x.depth); x.ok = String(x.ok).replace(/[^01]/g, '0'); x.segs = x.segs.map(([k0, k1, a]) => [nums(k0), nums(k1), a]);
+  }
+});
 const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
 const RED_BLUE = [[202, 0, 32], [247, 247, 247], [5, 113, 176]];
 function mix(stops, t) {  // the colour at t in [0, 1] along the stops
@@ -140,12 +168,16 @@ function mix(stops, t) {  // the colour at t in [0, 1] along the stops
 const acc = a => a == null ? '#e4e4e4' : mix(VIRIDIS, a);
 const diff = d => d == null ? '#e4e4e4' : mix(RED_BLUE, 0.5 + d);  // full colour at 50 pp
 
+// the metrics of the runs view (k1: the accuracy at K = 1; loop_gain: Oracle minus it, in points)
+const METRICS = {oracle: 'Oracle', val_k: 'val-K', policy: 'policy', k1: 'K = 1', loop_gain: "the loop's gain (points),"};
 let S = {};  // the state, read from the hash: view, run, cmp (the run compared with), m (the metric), n (a length), tip
-function read() {
-  S = Object.fromEntries(new URLSearchParams(location.hash.slice(1)));
-  for (const k of ['run', 'cmp', 'n']) S[k] = S[k] == null || S[k] === '' || !isFinite(+S[k]) ? null : +S[k];
-  S.run = R[S.run] ? S.run : 0, S.cmp = R[S.cmp] ? S.cmp : null, S.m = S.m || 'oracle';
-  S.view = ['runs', 'run', 'sample'].includes(S.view) ? S.view : 'runs';
+function read() {  // a page is a file people pass around: each value of the hash is one the page allows, or the default
+  const h = new URLSearchParams(location.hash.slice(1)), int = k => /^[0-9]{1,9}$/.test(h.get(k) || '') ? +h.get(k) : null;
+  const one = (k, allowed, dflt) => allowed.includes(h.get(k)) ? h.get(k) : dflt;
+  const run = int('run'), cmp = int('cmp'), tip = h.get('tip') || '';
+  S = {view: one('view', ['runs', 'run', 'sample'], 'runs'), run: run != null && run < R.length ? run : 0,
+       cmp: cmp != null && cmp < R.length ? cmp : null, m: one('m', Object.keys(METRICS), 'oracle'), n: int('n'),
+       tip: /^[0-9]{1,4},[0-9]{1,4}$/.test(tip) ? tip : null};  // n: one of the run's lengths, checked where it is used
 }
 function go(change) {
   location.hash = Object.entries({...S, tip: null, ...change}).filter(e => e[1] != null).map(e => e.join('=')).join('&');
@@ -247,10 +279,8 @@ function strip(key, title, cut) {  // every run a point, jittered within its sch
   return s + '</svg>';
 }
 function runsView() {
-  // k1: the accuracy at K = 1; loop_gain: Oracle minus it, in points (no shortcut line: not an accuracy)
-  const NAMES = {oracle: 'Oracle', val_k: 'val-K', policy: 'policy', k1: 'K = 1', loop_gain: "the loop's gain (points),"};
-  const m = NAMES[S.m] ? S.m : 'oracle', name = NAMES[m], gain = m == 'loop_gain';
-  $('runs').innerHTML = `<p>metric <select id=pick-m>` + Object.keys(NAMES).map(k =>
+  const m = S.m, name = METRICS[m], gain = m == 'loop_gain';  // the loop's gain: no shortcut line (not an accuracy)
+  $('runs').innerHTML = `<p>metric <select id=pick-m>` + Object.keys(METRICS).map(k =>
     `<option ${k == m ? 'selected' : ''}>${k}</option>`).join('') + `</select> <span class=note>click a point: open that ` +
     `run (pink); shift-click: compare with it (orange). Black bar: the mean of the column; below it, mean ± sd. ` +
     `k1: the accuracy at K = 1; loop_gain: Oracle OOD minus it (does the run use its loop?).</span></p>` +

@@ -8,6 +8,8 @@ Files the lab writes and reads, safely: every write is atomic, every JSON read b
                                 on), at most MAX_JSON bytes, UTF-8; read_json names the file in its error
     Lock(dir)                   an exclusive OS lock (fcntl.flock) on a run directory: a second process stops (exit 2);
                                 the lock dies with its process, however it dies; a linked .lock is refused
+    guarded(path)               the one rule guarding a run's own files: why no output flag may name path (its
+                                files, its .lock, a write's temp file NAME.tmpPID), '' where one may
 """
 
 import fcntl
@@ -23,6 +25,27 @@ RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.j
 OWN_FILES = RUN_FILES + ("summary.json",)  # every file the project writes into a run or sweep folder
 # the temp file of an interrupted atomic write of one of them (cli.temp_file: NAME.tmpPID or NAME.tmpPID.N)
 OWN_TEMP = re.compile(r"^(" + "|".join(re.escape(f) for f in OWN_FILES) + r")\.tmp(\d+)(\.\d+)?$")
+LOCK = ".lock"  # the lock file of a run or sweep folder (Lock): held open by the process that trains there
+TEMP = re.compile(r"^.+\.tmp\d+(\.\d+)?$")  # the temp file of any atomic write in progress (temp_file)
+
+
+def guarded(path: str) -> str:
+    """The one rule guarding a run's own files, which every output a user names (evaluate.py --out / --html,
+    bench.py and theory_checks.py --json: lab/checks.check_output) and every atomic_write inherits: why `path`
+    may not be written there, '' where it may. By name, so a run that does not exist yet is guarded too: a
+    run's own file (OWN_FILES: its record would be replaced), its lock (.lock: another process may hold it,
+    and a replaced lock lets a second one train the held run), a write's temp file (NAME.tmpPID or
+    NAME.tmpPID.N: the write in progress would publish our file, or lose its own)."""
+    name = os.path.basename(path)
+    if name in OWN_FILES:
+        return f"{name} is the name of a run's own file ({', '.join(OWN_FILES)}), which it would replace"
+    if name == LOCK:
+        return (f"{name} is the name of a run's own file, its lock (another process may hold it: replacing it would "
+                f"let a second process train the run)")
+    if TEMP.match(name):
+        return (f"{name} is the name of a run's own file, the temp file of a write in progress (NAME.tmpPID), which "
+                f"it would replace")
+    return ""
 
 def temp_file(path: str) -> tuple:
     """(an open binary file, its name) for the temp file of an atomic write of `path`: NAME.tmpPID in path's own
@@ -44,7 +67,10 @@ def atomic_write(path: str, write) -> None:
     a new temp file in the same folder (temp_file), fsync, os.replace. A crash or a full disk leaves the old file
     or the new one, never half, and no temp file; a Ctrl-C during the write takes effect once it is done. A
     symlink at `path` is replaced by the file (what it pointed to is not written). A failure is an OSError naming
-    the file (cli.run: one line, exit 1)."""
+    the file (cli.run: one line, exit 1). A lock or a temp file name (guarded) is never written: ValueError."""
+    name = os.path.basename(path)
+    if name == LOCK or TEMP.match(name):
+        raise ValueError(f"{path}: {guarded(path)}; nothing written")
     with ctrl_c_after():
         tmp = None
         try:
@@ -121,7 +147,7 @@ class Lock:
     removes only its own. On entry, temp files of the project's killed writers (NAME.tmpPID) are removed."""
 
     def __init__(self, d: str):
-        self.d, self.path, self.fd = d, os.path.join(d, ".lock"), None
+        self.d, self.path, self.fd = d, os.path.join(d, LOCK), None
 
     def __enter__(self):
         try:

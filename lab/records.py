@@ -4,14 +4,18 @@ folder, and a finished run's checkpoint rebuilt for post-hoc readouts.
 
     find_runs(paths)       every run directory (an eval.json) at or below the paths, each once
     load_eval(run_dir)     its eval.json, checked against REQUIRED / METRICS (keys) and the *_KINDS (the type of
-                           every value a reader uses): one line naming the file and the key otherwise; a file
-                           written before the depth-use metrics (DEPTH_METRICS) gains them from its acc / hard_acc
+                           every value a reader uses), then its numbers (check_numbers: finite, within their
+                           scale, the summaries those of its own matrices): one line naming the file, the key and
+                           the value otherwise; a file written before the depth-use metrics (DEPTH_METRICS) gains
+                           them from its acc / hard_acc
     load_run(run_dir)      (cfg, task, model, schedule) with the weights eval.json measured (EMA if kept)
 """
 
 import dataclasses
 import json
+import math
 import os
+import statistics
 
 import torch
 
@@ -89,6 +93,118 @@ TOP_KINDS = {"train_time_s": "number", "eval_time_s": "number", "steps": "int", 
 # a setting Config no longer has must still be a plain value (tables.run_key hashes every one)
 CONFIG_KINDS = {f.name: {bool: "bool", int: "int", float: "number", str: "str"}[type(f.default)]
                 for f in dataclasses.fields(Config)}
+
+
+# The scale of every number of a run's metrics (check_numbers): a summary of accuracies in % (0..100), a per-length
+# accuracy, a share and the matrices in [0, 1], a difference of accuracies in points (-100..100), and every other
+# number (a depth, a length, a count) >= 0; every one finite. A key in none of these sets is checked finite.
+PERCENT = {"oracle_ood", "oracle_id", "policy_ood", "policy_id", "val_k_ood", "id_k_ood", "tn_ood", "per_sample_oracle_ood",
+           "shortcut_ood", "shortcut_id", "full_depth_ood", "full_depth_id", "oracle_hard_ood", "val_k_hard_ood",
+           "id_k_hard_ood", "policy_hard_ood", "shortcut_hard_ood", "k1_ood", "k1_hard_ood"}
+FRACTION = {"oracle", "policy", "val_k_acc", "per_sample_oracle", "hard_frac", "full_depth_acc", "tn_acc", "id_k_acc",
+            "oracle_hard", "flip_curve", "flip_rate"}
+POINTS = {"gap", "loop_gain_ood", "loop_gain_hard_ood"}
+AT_LEAST_0 = {"policy_depth", "policy_depth_ood", "stable_interval", "front90", "val_k", "id_k", "settle_k_ood",
+              "settle_k_hard_ood"}
+SCALES = {"%": (0, 100, "an accuracy in % (0..100)"), "[0, 1]": (0, 1, "an accuracy or a share in [0, 1]"),
+          "pp": (-100, 100, "a difference of accuracies in points (-100..100)"), ">= 0": (0, math.inf, "a number >= 0"),
+          "finite": (-math.inf, math.inf, "a finite number")}
+TOLERANCE = 1e-6  # a summary recomputed from the run's own matrices: equal up to float rounding (in its own unit)
+
+
+def scale(key: str) -> str:
+    return ("%" if key in PERCENT else "[0, 1]" if key in FRACTION else "pp" if key in POINTS else
+            ">= 0" if key in AT_LEAST_0 else "finite")
+
+
+def check_number(where: str, v, kind: str) -> None:
+    """v (a number, or None where nothing was tested) finite and within its scale (SCALES), else one line naming
+    where and the value."""
+    lo, hi, words = SCALES[kind]
+    if v is not None and not (math.isfinite(v) and lo <= v <= hi):
+        raise ValueError(f"{where} is {show(v)}, not {words}")
+
+
+def check_numbers(e: dict) -> None:
+    """The one number check of a run (after the type checks): the matrices acc / hard_acc and the top-level
+    shortcuts finite in [0, 1]; every number of metrics and raw_metrics finite and within its scale; the times
+    finite >= 0; and metrics consistent with the run's own matrices (Oracle per length and its ID / OOD means,
+    the stable interval, val-K's accuracy, the hard subset's Oracle and the depth use), so that a summary a reader
+    trusts is the one the matrices give (raw_metrics, of the raw weights, have no matrices of their own)."""
+    acc, hard, L = e["acc"], e.get("hard_acc"), len(e["lengths"])
+    for name, mat in (("acc", acc), ("hard_acc", hard)):
+        for i, row in enumerate(mat or []):
+            for j, a in enumerate(row or []):
+                check_number(f"{name!r}[{i}][{j}]", a, "[0, 1]")
+    cuts = e.get("shortcuts")
+    if cuts is not None:
+        if not isinstance(cuts, dict) or not all(isinstance(v, list) and len(v) == L for v in cuts.values()):
+            raise ValueError(f"'shortcuts' must map each predictor to one accuracy per test length ({L}), got {show(cuts)}")
+        for k, v in cuts.items():
+            for i, a in enumerate(v):
+                check_value(f"'shortcuts'[{k!r}][{i}]", a, "number?")
+                check_number(f"'shortcuts'[{k!r}][{i}]", a, "[0, 1]")
+    for key in TOP_KINDS:
+        if key in e:
+            check_number(repr(key), e[key], ">= 0")
+    for name in ("metrics", "raw_metrics"):
+        m = e.get(name)
+        if m is None:
+            continue
+        for key, v in m.items():
+            if key == "shortcuts":
+                for k, split in v.items():
+                    for part, a in split.items():
+                        check_number(f"{name} 'shortcuts'[{k!r}][{part!r}]", a, "%")
+            elif isinstance(v, list):
+                for i, x in enumerate(v):
+                    if KINDS["number"][0](x):
+                        check_number(f"{name} {key!r}[{i}]", x, scale(key))
+            elif KINDS["number"][0](v):
+                check_number(f"{name} {key!r}", v, scale(key))
+    consistent(e)
+
+
+def consistent(e: dict) -> None:
+    """metrics as its own acc / hard_acc give them (metrics.metrics, metrics.depth_use), where it holds the key:
+    one line naming the key, its value and the matrices' otherwise."""
+    m, acc, hard, K = e["metrics"], e["acc"], e.get("hard_acc"), e["K"]
+    ood = [i for i, n in enumerate(e["lengths"]) if n > e["n_max"]]
+    ind = [i for i, n in enumerate(e["lengths"]) if n <= e["n_max"]]
+
+    def pct(vals, idx):
+        vals = [vals[i] for i in idx if vals[i] is not None]
+        return 100 * statistics.fmean(vals) if vals else None
+
+    def same(key, got, want, how, i=None, src="acc"):
+        if got is None and want is None:
+            return
+        if got is None or want is None or abs(got - want) > TOLERANCE:
+            where = f"metrics {key!r}" + ("" if i is None else f"[{i}]")
+            raise ValueError(f"{where} is {show(got)} but the run's own {src} gives {show(want)} ({how}): a summary "
+                             f"its own numbers do not support")
+
+    oracle = [max(row) for row in acc]
+    for i, o in enumerate(oracle):
+        same("oracle", m["oracle"][i], o, "max_K acc[n][K]", i)
+        same("stable_interval", m["stable_interval"][i], sum(a >= 0.9 for a in acc[i]), "how many K give acc >= 0.9", i)
+        if "val_k" in m and "val_k_acc" in m:
+            if m["val_k"][i] not in K:
+                raise ValueError(f"metrics 'val_k'[{i}] is {show(m['val_k'][i])}, not a depth of 'K'")
+            same("val_k_acc", m["val_k_acc"][i], acc[i][K.index(m["val_k"][i])], "acc[n][val-K]", i)
+    same("oracle_ood", m["oracle_ood"], pct(oracle, ood), "the mean of max_K acc[n][K] over the OOD lengths, in %")
+    same("oracle_id", m["oracle_id"], pct(oracle, ind), "the mean of max_K acc[n][K] over the ID lengths, in %")
+    if m["oracle_ood"] is not None and m["policy_ood"] is not None:  # Gap = Oracle OOD - Policy OOD
+        same("gap", m["gap"], m["oracle_ood"] - m["policy_ood"], "Gap, in points", src="oracle_ood - policy_ood")
+    if hard is not None and "oracle_hard" in m:
+        oh = [None if h is None else max(h) for h in hard]
+        for i, o in enumerate(oh):
+            same("oracle_hard", m["oracle_hard"][i], o, "max_K hard_acc[n][K]", i, src="hard_acc")
+        same("oracle_hard_ood", m["oracle_hard_ood"], pct(oh, ood), "the mean of max_K hard_acc[n][K] over the OOD "
+             "lengths, in %", src="hard_acc")
+    for key, want in metrics.depth_use(e["lengths"], acc, hard, e["n_max"], K).items():
+        if key in m:
+            same(key, m[key], want, "metrics.depth_use", src="acc / hard_acc")
 
 
 def show(v) -> str:
@@ -174,6 +290,7 @@ def load_eval(run_dir: str) -> dict:
         for key, kind in TOP_KINDS.items():
             if key in e:
                 check_value(repr(key), e[key], kind)
+        check_numbers(e)  # every number finite, within its scale, and the summaries those of the run's own matrices
         if "env" in e:  # where the run ran (study/study.py, ladder.py, chaos.py)
             if not isinstance(e["env"], dict):
                 raise ValueError(f"'env' must be an object, got {show(e['env'])}")

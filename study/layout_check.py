@@ -46,8 +46,14 @@ CASES.update({
 CLOCK = ("ms_per_step", "elapsed_s")
 
 
+def command(flags: list[str]) -> list[str]:
+    """train.py's flags of a case: TINY and its own (an NTP baseline reads no --T_test: train.py refuses it)."""
+    t = TINY.index("--T_test")
+    return [*(TINY[:t] + TINY[t + 2:] if any(f.startswith("ntp") for f in flags) else TINY), *flags]
+
+
 def train(tree: str, out: str, flags: list[str]) -> None:
-    r = subprocess.run([sys.executable, "train.py", *TINY, *flags, "--out_dir", out], cwd=tree, capture_output=True,
+    r = subprocess.run([sys.executable, "train.py", *command(flags), "--out_dir", out], cwd=tree, capture_output=True,
                        text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if r.returncode:
         raise SystemExit(f"{tree}: train.py {' '.join(flags)} failed:\n{r.stderr[-2000:]}")

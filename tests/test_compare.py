@@ -3,6 +3,7 @@
 mutation, named in its docstring."""
 
 import itertools
+import json
 import math
 import os
 import shutil
@@ -234,3 +235,33 @@ def test_against_h3_a_fifo_log_neither_hangs_nor_drops_the_loss_test_silently(tm
     assert "tested on the other runs" in p.stdout
     with pytest.raises(ValueError, match="not a regular file"):
         compare.final_loss({"run_dir": str(log.parent)})
+
+
+# --- issue 71, group C: a run --against cannot read is named, never dropped -------------------------------------
+
+def test_against_s27_a_new_run_with_a_nan_metric_is_refused_by_name(tmp_path):
+    """C / S27 (issue 71): a new run with oracle_ood NaN was dropped from the OOD tests without a word and the verdict
+    printed (rc 0). The one reader refuses it: one line naming the run, the field and the value, exit 2.
+    Failed before its fix: assert 0 == 2 (--against: CONSISTENT: new 5 runs against the reference's 50 runs)."""
+    shutil.copytree("results/chaos/dyck/threads2/window", tmp_path / "new")
+    path = tmp_path / "new" / "seed100" / "eval.json"
+    e = json.load(open(path))
+    e["metrics"]["oracle_ood"] = float("nan")
+    path.write_text(json.dumps(e))
+    p = against_cli(tmp_path / "new", "results/chaos/dyck/window")
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert f"{path}: metrics 'oracle_ood' is NaN, not an accuracy in %" in p.stderr
+
+
+def test_against_s27_a_run_without_a_metric_is_named_and_counted(tmp_path):
+    """C / S27 (issue 71): a run whose metric is null (nothing tested there) left that metric's test without a word.
+    It is named and counted now, beside the verdict.
+    Failed before its fix: assert 'exit depth: 1 new run(s) without a value' in '--against: CONSISTENT: ...'."""
+    shutil.copytree("results/chaos/dyck/threads2/window", tmp_path / "new")
+    path = tmp_path / "new" / "seed100" / "eval.json"
+    e = json.load(open(path))
+    e["metrics"]["policy_depth_ood"] = None
+    path.write_text(json.dumps(e))
+    p = against_cli(tmp_path / "new", "results/chaos/dyck/window")
+    assert p.returncode in (0, 1), p.stderr
+    assert (f"exit depth: 1 new run(s) without a value (e.g. {path.parent}); tested on the other runs") in p.stdout, p.stdout

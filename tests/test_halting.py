@@ -533,3 +533,35 @@ def test_trm_halt_exit_rule_hand_case():
     hidden[6, 1, :, 0] = 2.0  # ... it halts at step 6
     mask = torch.ones(3, 4, dtype=torch.bool)
     assert s.policy(None, 8, hidden=hidden, mask=mask).tolist() == [4, 6, 8]  # sample 2 never: T_test
+
+
+def test_s33_a_setting_a_schedule_declares_unread_changes_nothing_bitwise():
+    """H / S33 (issue 71): ponder, act and trm_halt took active_set through their base class and never read it
+    (--no-active_set trained bitwise the plain run; evaluate.py then split one experiment into two rows). Each
+    schedule now declares what its loss and policy never read (`unread`, which train.py refuses as flags): here
+    flipping such a setting changes no loss, statistic or gradient bit, so the declaration is true; and every
+    other schedule taking active_set reads it somewhere (a reference path).
+    Failed before its fix: AttributeError: type object 'Fixed' has no attribute 'unread'."""
+    import config
+    x, y, _, Tn = batch(B=12, seed=3)
+    for name, cls in halting.SCHEDULES.items():
+        if "active_set" not in halting.settings(name):
+            continue
+        out = []
+        for active in (True, False):
+            cfg = config.Config(schedule=name, d_model=16, n_head=2, n_layer=1, T_max=6, T_test=8, active_set=active)
+            _, model, schedule = config.build(cfg)
+            loss, stats = schedule.loss(model, x, y, Tn, torch.Generator().manual_seed(5))
+            loss.backward()
+            params = list(model.parameters()) + list(schedule.parameters())
+            out.append((loss.detach(), stats, [p.grad.clone() if p.grad is not None else None for p in params]))
+        (l1, s1, g1), (l2, s2, g2) = out
+        same = torch.equal(l1, l2) and s1 == s2 and all(
+            (a is None and b is None) or torch.equal(a, b) for a, b in zip(g1, g2))
+        if "active_set" in cls.unread:
+            assert same, name
+        else:  # read: its class (or a base it calls) refers to the setting
+            import inspect
+            src = "".join(inspect.getsource(c) for c in cls.__mro__ if c.__module__ == "halting")
+            assert "self.active_set" in src, name
+    assert {n for n, c in halting.SCHEDULES.items() if "active_set" in c.unread} == {"ponder", "act", "trm_halt"}

@@ -81,8 +81,9 @@ def test_1_an_ema_that_would_start_after_the_last_step_is_refused(tmp_path, caps
         d = tmp_path / "r"
         err = one_line(capsys, call(TINY + extra + ["--out_dir", str(d)]))
         assert "--ema" in err and word in err and "--max_iters 10" in err and not d.exists(), err
-    for ok in (["--ema", "0.9", "--ema_start", "10"], ["--ema_start", "11"]):  # the last step; no EMA at all
-        checks.validate(train.parse_args(TINY + ok))
+    checks.validate(train.parse_args(TINY + ["--ema", "0.9", "--ema_start", "10"]))  # the last step
+    # (--ema_start 11 without --ema, once accepted as "no EMA at all", is an unread flag since issue 71's S34:
+    # tests/test_config.py::test_s33_s34_s35_a_flag_the_run_does_not_read_is_refused)
 
 
 # --- 2 ----------------------------------------------------------------------------------------------------
