@@ -22,28 +22,9 @@ import train
 from lab.cli import run
 from lab.files import atomic_write
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8",
-        "--eval_samples", "8", "--test_lengths", "5,19,20,25", "--log_interval", "5", "--eval_interval", "10",
-        "--ckpt_interval", "5", "--max_iters", "10"]
+from conftest import ROOT, TINY, snapshot
+
 ENTRY = {"train": train.main, "evaluate": evaluate.main, "bench": bench.main, "theory": theory_checks.command}
-
-
-def snapshot(d):
-    """Every file under d with its bytes: 'untouched' means this does not change."""
-    out = {}
-    for root, _, files in os.walk(d):
-        for f in files:
-            out[os.path.join(root, f)] = open(os.path.join(root, f), "rb").read()
-    return out
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    """A finished tiny run (10 steps), shared by the cases; each case must leave it as it is."""
-    d = tmp_path_factory.mktemp("base") / "run"
-    assert train.cli(TINY + ["--out_dir", str(d)]) == 0
-    return d
 
 
 def crafted(tmp, base, name, change):

@@ -19,7 +19,7 @@ import train
 from lab import checkpoint, checks, files, records, rundir
 from lab.cli import run
 
-from test_bad_inputs import ROOT, TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)
+from conftest import ROOT, TINY, snapshot
 
 
 def one_line(capsys, code, want_code=2):

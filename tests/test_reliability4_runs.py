@@ -23,7 +23,7 @@ import torch
 import train
 from lab import checks, files, rundir
 
-from test_bad_inputs import TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)
+from conftest import TINY, snapshot
 
 
 def call(argv):

@@ -21,7 +21,7 @@ import torch
 import bench
 import train
 from lab import chunks, cli, sweep
-from test_bad_inputs import snapshot  # every file under a folder with its bytes
+from conftest import snapshot  # every file under a folder with its bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6",

@@ -35,7 +35,7 @@ import train
 from lab import checkpoint, checks, cli, files, tables
 from study import chaos, choice, exclusions
 
-from test_bad_inputs import TINY, base, snapshot  # noqa: F401 (base: the shared finished tiny run)
+from conftest import TINY, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEEP = "[" * 100000 + "]" * 100000  # nested far past the interpreter's recursion limit
