@@ -13,7 +13,6 @@ theory_checks.py's validation. Each test failed on the code before its fix.
 
 import copy
 import dataclasses
-import glob
 import json
 import os
 import signal
@@ -26,7 +25,7 @@ import config
 import evaluate
 import metrics
 import theory_checks
-from lab import cli, records
+from lab import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTHS, N_MAX = [10, 20, 30], 19
@@ -64,121 +63,6 @@ def one_line(capsys, code, expect=2) -> str:
 
 def snapshot(d):
     return {os.path.join(r, f): open(os.path.join(r, f), "rb").read() for r, _, fs in os.walk(d) for f in fs}
-
-
-# --- 1: value types in eval.json ---------------------------------------------------------------------------
-
-def setter(*path, value):
-    """A change of one value of eval.json, at a path of keys and indices."""
-    def change(e):
-        for k in path[:-1]:
-            e = e[k]
-        e[path[-1]] = value
-    return change
-
-
-WRONG_TYPES = [  # (name, change, the words of the one line)
-    ("a list in config", setter("config", "w", value=[1, 2]), "config 'w'"),
-    ("a dict under an unknown config key", setter("config", "old_knob", value={"a": 1}), "config 'old_knob'"),
-    ("a string for a float setting", setter("config", "perturb", value="x"), "config 'perturb'"),
-    ("a string for an int setting", setter("config", "T_max", value="20"), "config 'T_max'"),
-    ("a null in metrics.oracle", setter("metrics", "oracle", 0, value=None), "metrics 'oracle'[0]"),
-    ("a null in metrics.stable_interval", setter("metrics", "stable_interval", 2, value=None), "'stable_interval'[2]"),
-    ("a string in lengths", setter("lengths", 1, value="20"), "'lengths'[1]"),
-    ("a string in K", setter("K", 0, value="1"), "'K'[0]"),
-    ("a string in metrics.oracle_ood", setter("metrics", "oracle_ood", value="90"), "metrics 'oracle_ood'"),
-    ("a list as metrics.gap", setter("metrics", "gap", value=[1]), "metrics 'gap'"),
-    ("a string as a shortcut's accuracy", setter("metrics", "shortcuts", "most frequent answer", "ood", value="x"),
-     "'shortcuts'"),
-    ("a string as hard_frac", setter("metrics", "hard_frac", value="x"), "'hard_frac'"),
-    ("strings in flip_curve", setter("metrics", "flip_curve", value=["a"]), "'flip_curve'[0]"),
-    ("a string as front90", setter("metrics", "front90", value="x"), "'front90'"),
-    ("a number as shortcut_ood_name", setter("metrics", "shortcut_ood_name", value=3), "'shortcut_ood_name'"),
-    ("an acc row of another length than K", setter("acc", 0, value=[1.0]), "'acc'"),
-    ("a string as train_time_s", setter("train_time_s", value="1 min"), "'train_time_s'"),
-    ("a string as env", setter("env", value="x"), "'env'"),
-    ("a string in raw_metrics.oracle_ood", setter("raw_metrics", "oracle_ood", value="x"), "raw_metrics 'oracle_ood'"),
-]
-
-
-def test_1_a_valid_eval_json_loads_and_tables(tmp_path, capsys):
-    """The control: the schema takes what metrics.metrics writes (hard subset, shortcuts, raw_metrics, env)."""
-    d = write_run(tmp_path / "run", synthetic_eval())
-    assert evaluate.cli([d]) == 0
-    assert "| dyck | window w=5 | 1 |" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("name, change, words", WRONG_TYPES, ids=[w[0] for w in WRONG_TYPES])
-def test_1_a_value_of_the_wrong_type_is_one_line_naming_file_and_key(tmp_path, capsys, name, change, words):
-    e = synthetic_eval()
-    change(e)
-    d = write_run(tmp_path / "run", e)
-    before = snapshot(tmp_path)
-    err = one_line(capsys, evaluate.cli([d]))
-    assert "malformed eval.json" in err and os.path.join(d, "eval.json") in err and words in err, (name, err)
-    assert snapshot(tmp_path) == before
-
-
-def test_1_every_committed_eval_json_still_loads():
-    """The schema refuses nothing train.py wrote: every results/**/eval.json loads, except the 10 exploration
-    runs of results/recipes/exploration/, written before eval.json had val-K and the shortcuts (they lacked
-    those keys before this schema, too)."""
-    paths = sorted(glob.glob(os.path.join(ROOT, "results", "**", "eval.json"), recursive=True))
-    assert len(paths) > 400
-    legacy = []
-    for p in paths:
-        try:
-            records.load_eval(os.path.dirname(p))
-        except ValueError as err:
-            assert "metrics lack" in str(err) and "/results/recipes/exploration/" in p, err
-            legacy.append(p)
-    assert len(legacy) <= 10
-
-
-def test_1_a_malformed_readouts_json_names_the_file(tmp_path, capsys):
-    d = write_run(tmp_path / "run", synthetic_eval())
-    (tmp_path / "run" / "readouts.json").write_text('{"task": "dyck"')  # torn
-    err = one_line(capsys, evaluate.cli([d]))
-    assert "malformed readouts.json" in err and os.path.join(d, "readouts.json") in err
-
-
-# --- 2: a seed folder that cannot be read ---------------------------------------------------------------
-
-def test_2_an_unreadable_seed_folder_is_refused_not_skipped(tmp_path, monkeypatch, capsys):
-    """chmod 000 on one of two seeds. Root reads it anyway (the kernel does not check root's permissions), so
-    there the kernel's refusal is simulated: os.walk lists folders with os.scandir, which then raises the
-    PermissionError an ordinary user gets."""
-    sweep = tmp_path / "sweep"
-    write_run(sweep / "seed0", synthetic_eval(0))
-    locked = write_run(sweep / "seed1", synthetic_eval(1))
-    assert evaluate.cli([str(sweep)]) == 0 and "| dyck | window w=5 | 2 |" in capsys.readouterr().out
-    os.chmod(locked, 0)
-    try:
-        if os.geteuid() == 0:
-            real = os.scandir
-
-            def scandir(path="."):
-                if os.path.realpath(path) == os.path.realpath(locked):
-                    raise PermissionError(13, "Permission denied", os.fspath(path))
-                return real(path)
-            monkeypatch.setattr(os, "scandir", scandir)
-        else:
-            assert not os.access(locked, os.R_OK)
-        err = one_line(capsys, evaluate.cli([str(sweep)]))
-        assert locked in err and "Permission denied" in err, err
-    finally:
-        os.chmod(locked, 0o755)
-
-
-# --- 3: a FIFO named eval.json -------------------------------------------------------------------------
-
-def test_3_a_fifo_named_eval_json_is_refused_not_read(tmp_path):
-    d = tmp_path / "run"
-    d.mkdir()
-    os.mkfifo(d / "eval.json")
-    r = subprocess.run([sys.executable, "evaluate.py", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r
-    assert str(d / "eval.json") in r.stderr and "not a regular file" in r.stderr
 
 
 # --- 4: --readouts --samples past memory ---------------------------------------------------------------
