@@ -230,14 +230,6 @@ def copy_run(base, d):
     return d
 
 
-def test_2_a_flag_that_would_fail_late_is_refused_first(base, tmp_path):
-    d = copy_run(base, tmp_path / "run")
-    before = snapshot(d)
-    for bad in (["--eval_batch_size", "0"], ["--weight_decay", "-1"], ["--grad_clip", "nan"], ["--c", "1000"]):
-        assert train.cli(TINY + ["--out_dir", str(d), "--overwrite", *bad]) == 2
-        assert snapshot(d) == before, bad
-
-
 def test_4_sweep_resume_with_another_task_is_refused(tmp_path):
     d = tmp_path / "sweep"
     assert train.cli(TINY + ["--seeds", "2", "--max_iters", "5", "--out_dir", str(d)]) == 0
