@@ -239,27 +239,6 @@ def test_4_sweep_resume_with_another_task_is_refused(tmp_path):
     assert snapshot(d) == before
 
 
-def test_7_evaluate_writes_tables_only_where_asked(base, tmp_path, capsys):
-    d = copy_run(base, tmp_path / "run")
-    before = snapshot(d)
-    assert evaluate.cli([str(d), str(d)]) == 0
-    assert "| dyck | window w=5 | 1 |" in capsys.readouterr().out and snapshot(d) == before
-    assert not any(".tmp" in f for f in os.listdir(d))
-
-
-def test_8_a_run_given_twice_counts_once_and_mixed_grids_are_refused(base, tmp_path, capsys):
-    d = copy_run(base, tmp_path / "a" / "run")
-    assert evaluate.cli([str(tmp_path / "a"), str(d), str(d)]) == 0
-    assert "| dyck | window w=5 | 1 |" in capsys.readouterr().out  # one seed, not three
-    other = tmp_path / "a" / "other"
-    copy_run(base, other)
-    e = json.load(open(other / "eval.json"))
-    e["lengths"], e["seed"] = [5, 19, 20, 30], 1
-    (other / "eval.json").write_text(json.dumps(e))
-    assert evaluate.cli([str(tmp_path / "a")]) == 2
-    assert "different grids" in capsys.readouterr().err
-
-
 # --- failures during a run ------------------------------------------------------------------------------
 
 

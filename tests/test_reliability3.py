@@ -12,7 +12,6 @@ import sys
 import pytest
 import torch
 
-import evaluate
 import theory_checks
 import train
 from lab import checkpoint, checks
@@ -62,22 +61,7 @@ def test_data_loss_b_a_sweep_plans_each_seed_again_under_its_lock(base, tmp_path
     assert unlocked(snapshot(d / "seed1")) == unlocked(filled)
 
 
-def test_data_loss_d_evaluate_out_never_overwrites_a_runs_own_files(base, tmp_path, capsys):
-    d = copy_run(base, tmp_path / "run")
-    before = snapshot(d)
-    for prefix in ("eval", "summary", "config"):
-        assert evaluate.cli([str(d), "--out", str(d / prefix)]) == 2
-        assert "the name of a run's own file" in capsys.readouterr().err
-    assert snapshot(d) == before
-
-
 # --- silent wrong results -------------------------------------------------------------------------------
-
-def test_wrong_a_a_copied_run_is_refused_not_counted_twice(base, tmp_path, capsys):
-    copy_run(base, tmp_path / "rows" / "run")
-    copy_run(base, tmp_path / "rows" / "run.bak")  # cp -r run run.bak
-    err = one_line(capsys, evaluate.cli([str(tmp_path / "rows")]))
-    assert "seed 0 appears 2 times" in err
 
 
 @pytest.fixture(scope="module")
@@ -174,15 +158,3 @@ def test_tracebacks_under_torchrun_bad_input_is_printed_once(monkeypatch, capsys
         monkeypatch.setenv("RANK", rank)
         assert train.cli(["--lr", "-1"]) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == lines, rank
-
-
-# --- unclear messages -----------------------------------------------------------------------------------
-
-
-def test_unclear_evaluate_plot_creates_its_folder(base, tmp_path, capsys):
-    d = copy_run(base, tmp_path / "run")
-    assert evaluate.cli([str(d), "--plot", str(tmp_path / "new" / "plots")]) == 0
-    assert (tmp_path / "new" / "plots").is_dir()
-    capsys.readouterr()  # without matplotlib the first call said "--plot skipped" (one line, exit 0)
-    (tmp_path / "afile").write_text("x")
-    assert "not a writable folder" in one_line(capsys, evaluate.cli([str(d), "--plot", str(tmp_path / "afile" / "p")]))

@@ -15,7 +15,6 @@ most the work since the last checkpoint. Each test failed on the code before its
     S21 readouts.json of a run trained again since
 """
 
-import json
 import os
 import resource
 import shutil
@@ -23,7 +22,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 import bench
 import evaluate
@@ -32,7 +30,7 @@ import train
 from lab import checks, cli, files, tables
 from study import chaos, exclusions
 
-from conftest import TINY, snapshot
+from conftest import TINY
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -109,27 +107,6 @@ def test_d8_json_outputs_never_name_a_runs_own_file(base, name):  # noqa: F811
         theory_checks.validate(cli.parse(theory_checks.Config, ["--json", target]))
     with pytest.raises(ValueError, match="run's own file"):
         bench.parse_args(["--json", target])
-
-
-# --- S16, S17: what counts as a replicate -----------------------------------------------------------------
-
-
-def fake(seed, eps, j, ood):
-    return {"task": "dyck", "schedule": "fixed", "seed": seed, "n_max": 6, "lengths": [3, 8], "run_dir": f"s{seed}e{eps}r{j}",
-            "config": {"perturb": eps, "perturb_seed": j, "seed": seed}, "metrics": {"oracle_ood": ood, "oracle": [100.0, ood]}}
-
-
-def test_s17_perturb_eps_is_part_of_a_rows_key():
-    """S17 (round five), revised by issue 68: a rounding-sized --perturb (at most tables.REPLICATE_EPS) is a
-    replicate of its seed's plain run, as --perturb_seed is, so the plain and nudged runs share one row; a larger EPS
-    starts elsewhere and is another row, labelled by it."""
-    plain = [fake(0, 0.0, 0, 10.0), fake(1, 0.0, 0, 20.0)]
-    small = [fake(0, 1e-6, j, 10.0 + j) for j in (1, 2)]
-    large = [fake(0, 1e-3, j, 12.0 + j) for j in (1, 2)]
-    groups = tables.group_runs(plain + small + large)
-    assert sorted(len(g) for g in groups.values()) == [2, 4]
-    assert {label for _, label in groups} == {"fixed c=20 perturb=0", "fixed c=20 perturb=0.001"}
-    assert len({tables.run_key(e) for e in small}) == 1  # perturb_seed stays the replicate, not the key
 
 
 # --- S19: a slot of the chaos study holds the declared run ------------------------------------------------
@@ -233,15 +210,6 @@ def test_t22_a_chaos_row_with_no_converged_run_is_one_line(tmp_path, monkeypatch
 # --- H2's reader for every JSON, U16-U19 ------------------------------------------------------------------
 
 
-def test_u17_readouts_on_a_run_and_its_copy_are_refused_before_any_readout(base, tmp_path, capsys):  # noqa: F811
-    a, b = tmp_path / "a", tmp_path / "b"
-    shutil.copytree(base, a)
-    shutil.copytree(base, b)
-    before = snapshot(tmp_path)
-    err = one_line(capsys, call(evaluate.cli, [str(a), str(b), "--readouts", "--samples", "2"]))
-    assert "appears 2 times" in err and snapshot(tmp_path) == before  # unfixed: readouts.json in both
-
-
 def test_u18_a_diverged_seed_stops_alone_and_is_named(tmp_path, monkeypatch, capsys):
     real = train.train_run
 
@@ -263,29 +231,3 @@ def test_u19_bench_refuses_to_measure_nothing_and_plot_needs_a_real_folder(base,
     err = one_line(capsys, call(evaluate.cli, [str(base), "--plot", "/proc/x"]))
     assert "--plot" in err and "/proc" in err
     assert checks.creatable(str(tmp_path)) and os.listdir(tmp_path) == []  # the probe leaves nothing behind
-
-
-# --- S21: readouts.json is tied to the weights it read ----------------------------------------------------
-
-def test_s21_readouts_of_a_run_trained_again_since_are_refused(base, tmp_path, capsys, monkeypatch):  # noqa: F811
-    d = tmp_path / "run"
-    shutil.copytree(base, d)
-    assert evaluate.cli([str(d), "--readouts", "--samples", "2"]) == 0
-    assert json.load(open(d / "readouts.json"))["tie"]["ckpt.pt"]
-    capsys.readouterr()
-    ck = torch.load(d / "ckpt.pt", weights_only=True)  # train.py --overwrite: another ckpt.pt, another eval.json
-    next(iter(ck["model"].values())).add_(1.0)
-    torch.save(ck, d / "ckpt.pt")
-    err = one_line(capsys, call(evaluate.cli, [str(d), "--plot", str(tmp_path / "plots")]))
-    assert "readouts.json" in err and "trained again" in err
-    # replaced while the readouts are computed: nothing written
-    os.remove(d / "readouts.json")
-    real = evaluate.readouts.readout_report
-
-    def replaced_meanwhile(*a, **k):
-        out = real(*a, **k)
-        (d / "eval.json").write_bytes((d / "eval.json").read_bytes() + b"\n")
-        return out
-    monkeypatch.setattr(evaluate.readouts, "readout_report", replaced_meanwhile)
-    err = one_line(capsys, call(evaluate.cli, [str(d), "--readouts", "--samples", "2"]))
-    assert "changed while" in err and not (d / "readouts.json").exists()
