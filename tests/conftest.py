@@ -62,6 +62,10 @@ def sweep(tmp_path_factory):
     return d
 
 
+def strip_clock(path):
+    return [{k: v for k, v in json.loads(l).items() if k not in ("ms_per_step", "elapsed_s")} for l in open(path)]
+
+
 def copy_run(base, d, seed=None):
     shutil.copytree(base, d, dirs_exist_ok=True)  # d may exist already: a sweep locks (creates) every seed first
     if seed is not None:  # relabel the copy as another seed of the same experiment

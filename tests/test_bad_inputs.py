@@ -230,15 +230,6 @@ def copy_run(base, d):
     return d
 
 
-def test_4_sweep_resume_with_another_task_is_refused(tmp_path):
-    d = tmp_path / "sweep"
-    assert train.cli(TINY + ["--seeds", "2", "--max_iters", "5", "--out_dir", str(d)]) == 0
-    before = snapshot(d)
-    assert train.cli(TINY + ["--seeds", "3", "--max_iters", "5", "--out_dir", str(d), "--resume",
-                             "--task", "parity_prefix", "--schedule", "rl"]) == 2
-    assert snapshot(d) == before
-
-
 # --- failures during a run ------------------------------------------------------------------------------
 
 

@@ -16,6 +16,8 @@ from model import LoopedTransformer, ModelConfig
 from tasks import eval_set
 from lab import cli
 
+from conftest import one_line
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--quick", "--d_model", "16", "--n_head", "2", "--n_layer", "2", "--batch_size", "6", "--n_max", "6",
         "--T_max", "6", "--T_test", "8", "--test_lengths", "2,6,9", "--flops_d_models", "16", "--no-compile"]
@@ -199,3 +201,14 @@ def test_quick_run_prints_every_row_and_writes_the_json(tmp_path, capsys):
     saved = json.loads(path.read_text())
     assert saved["rows"] == rows and saved["columns"] == bench.COLUMNS
     assert os.listdir(tmp_path) == ["bench.json"]  # written atomically: no temp file left
+
+
+def test_bench_refuses_stacks_that_cannot_fit_in_one_line(capsys):
+    """4S5: bench.py --stacks 100000000 had no memory check (it went on to build 10^8 models). Failed before its fix."""
+    argv = ["--quick", "--only_stack", "--no-compile", "--stacks", "1,100000000"]
+    with pytest.raises(ValueError, match="--stacks"):  # before any work (the old code went on to build 10^8 models)
+        bench.parse_args(argv)
+    err = one_line(capsys, cli.run(bench.main, "bench.py", argv), 2)
+    assert "--stacks" in err and "100000000" in err and "GiB" in err, err
+    assert bench.parse_args(["--quick", "--stacks", "1,2"]).stacks == "1,2"  # a small row (h) still runs
+    assert bench.parse_args([]).stacks == "1,4,16"

@@ -117,16 +117,3 @@ def test_nan_loss_stops_with_step_and_keeps_checkpoint(tmp_path, monkeypatch, ca
     assert "non-finite loss" in err and "step 8" in err and len(err.strip().splitlines()) == 1
     assert torch.load(d / "ckpt.pt", weights_only=True)["step"] == 5
     assert all(l["grad_norm"] > 0 for l in map(json.loads, open(d / "metrics.jsonl")))
-
-
-def test_sweep_restart_skips_finished_and_resumes(tmp_path, capsys):
-    base = ["--max_iters", "10", "--seeds", "2", "--out_dir", str(tmp_path), *TINY]
-    assert train.cli(base) == 0
-    ref = torch.load(tmp_path / "seed1" / "ckpt.pt", weights_only=True)["model"]
-    os.remove(tmp_path / "seed1" / "eval.json")  # as if seed 1 had been killed before its end
-    assert train.cli(base + ["--resume"]) == 0
-    out = capsys.readouterr().out
-    assert "seed 0: finished earlier, skipped" in out
-    got = torch.load(tmp_path / "seed1" / "ckpt.pt", weights_only=True)["model"]
-    assert all(torch.equal(ref[k], got[k]) for k in ref)
-    assert json.load(open(tmp_path / "summary.json"))["seeds"] == 2

@@ -24,7 +24,6 @@ import pytest
 import config
 import evaluate
 import metrics
-import theory_checks
 from lab import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -148,17 +147,3 @@ def test_6_a_run_path_stdout_cannot_encode_is_printed_escaped(tmp_path):
                        text=True, env=env, timeout=300)
     assert r.returncode == 0 and "Traceback" not in r.stderr and "codec" not in r.stderr, r.stderr[-2000:]
     assert "tr\\xe4in" in r.stdout and (out / "eval.json").exists()
-
-
-# --- 7: theory_checks' message for a T_max too small ----------------------------------------------------
-
-def test_7_theory_checks_says_what_t_max_a_check_needs(capsys):
-    command = lambda *argv: cli.run(theory_checks.command, "theory_checks.py", list(argv))  # noqa: E731
-    for argv, need in ((["--checks", "1b"], 15), (["--checks", "2b"], 15), (["--checks", "3,1b"], 15), ([], 15)):
-        err = one_line(capsys, command(*argv, "--T_max", "2"))
-        assert "--T_max 2" in err and f"needs --T_max >= {need}" in err and "<= -" not in err, (argv, err)
-    # check 3 (and 1a, 2a) do not use T_max: nothing to refuse
-    assert command("--checks", "3", "--T_max", "2", "--rl_samples", "200") == 0
-    assert "3 found no bias" in capsys.readouterr().out
-    err = one_line(capsys, command("--checks", "1b", "--n", "1", "--ms", "1,3"))  # a window below depth 1
-    assert "choose m <= 1" in err
