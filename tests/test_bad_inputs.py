@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 
-import pytest
 import torch
 
 import bench
@@ -189,36 +188,6 @@ def test_a_knob_at_its_default_or_set_by_a_recipe_is_not_refused():
 def test_bad_input_from_the_shell():
     r = subprocess.run([sys.executable, "train.py", "--lr", "-1"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--lr -1" in r.stderr
-
-
-@pytest.mark.parametrize("script, env, argv, word", [
-    ("ladder.sh", {}, ["--table-only"], "'--table-only'"), ("ladder.sh", {}, ["--list", "x"], "got 2"),
-    ("ladder.sh", {"LANES": "0"}, [], "LANES=0"), ("ladder.sh", {"LANE": "2", "LANES": "2"}, [], "LANE=2"),
-    ("study.sh", {}, ["--tabels"], "'--tabels'"), ("study.sh", {"STAGE": "8"}, [], "STAGE=8"),
-    ("study.sh", {"NPROC": "x"}, [], "NPROC=x"), ("cuda/rung.sh", {}, [], "usage"),
-    ("cuda/rung.sh", {}, ["out", "abc"], "'abc'"), ("cuda/run.sh", {}, ["out", "4.5"], "'4.5'"),
-    ("recipes.sh", {}, ["--tables"], "'--tables'"), ("round2.sh", {}, ["--tables-only"], "'--tables-only'"),
-    ("round2.sh", {"LANE": "1"}, [], "LANE=1")])
-def test_bad_input_to_the_study_scripts(tmp_path, script, env, argv, word):
-    """A typo must not start hours of training (or spend a GPU lease): the script, copied alone into an
-    empty tree, exits 2 with one line and writes nothing there."""
-    path = tmp_path / "study" / script
-    path.parent.mkdir(parents=True)
-    path.write_bytes(open(os.path.join(ROOT, "study", script), "rb").read())
-    r = subprocess.run(["bash", str(path), *argv], capture_output=True, text=True, env={**os.environ, **env},
-                       cwd=tmp_path, timeout=60)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr and not r.stdout, r
-    assert sorted(tmp_path.rglob("*")) == sorted([path, *path.parents][:len(path.relative_to(tmp_path).parts)])
-
-
-@pytest.mark.parametrize("script", ["study.py", "ladder.py", "recipes.py"])
-def test_the_table_scripts_refuse_arguments(script):
-    """study/*.py take no arguments; a stray one is a typo, refused before any table is written."""
-    readme = open(os.path.join(ROOT, "results", "README.md"), "rb").read()
-    r = subprocess.run([sys.executable, os.path.join("study", script), "--tables-only"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
-    assert open(os.path.join(ROOT, "results", "README.md"), "rb").read() == readme
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--tables-only" in r.stderr and not r.stdout, r
 
 
 # --- data loss and mix-ups ------------------------------------------------------------------------------

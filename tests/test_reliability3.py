@@ -6,8 +6,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,7 +13,7 @@ import torch
 import train
 from lab import checkpoint, checks
 
-from conftest import ROOT, TINY
+from conftest import TINY
 
 
 def one_line(capsys, code, want_code=2):
@@ -59,36 +57,7 @@ def nan_copy(base, d, where):
     return d
 
 
-def test_wrong_g_study_sh_reruns_a_one_seed_row_whose_flags_changed(tmp_path):
-    """The row() of study/study.sh with python stubbed: a finished one-seed row still goes to train.py (with
-    --resume, which reports it again, or refuses it when the flags changed), not skipped for its eval.json."""
-    text = open(os.path.join(ROOT, "study", "study.sh")).read()
-    func = text[text.index("row() {"):text.index("main_rows() {")]
-    (tmp_path / "results" / "study" / "logs").mkdir(parents=True)
-    seed0 = tmp_path / "results" / "study" / "copy" / "ntp" / "seed0"
-    seed0.mkdir(parents=True)
-    (seed0 / "config.json").write_text("{}")
-    (seed0 / "eval.json").write_text("{}")
-    script = f'NPROC=1\npython() {{ echo "$@" >> called.txt; }}\n{func}\nrow copy ntp 1 --schedule ntp --c 3\n'
-    r = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    called = (tmp_path / "called.txt").read_text() if (tmp_path / "called.txt").exists() else ""
-    assert "--resume" in called and "--c 3" in called
-
-
 # --- tracebacks -----------------------------------------------------------------------------------------
-
-def test_tracebacks_recipes_py_regenerates_its_table_without_matplotlib(tmp_path, monkeypatch, capsys):
-    from study import recipes
-    readme = tmp_path / "README.md"
-    readme.write_text("<!-- recipes:begin -->\nold\n<!-- recipes:end -->\n")
-    monkeypatch.setattr(recipes, "README", str(readme))
-    monkeypatch.setattr(recipes, "DIR", str(tmp_path))  # plots, if any were drawn, would land here
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
-    recipes.main()
-    assert "| task | recipe" in readme.read_text()
-    err = capsys.readouterr().err
-    assert "plots skipped" in err and len(err.strip().splitlines()) == 1
 
 
 def test_tracebacks_ctrl_c_during_start_up_and_pressed_twice(tmp_path, monkeypatch, capsys):
