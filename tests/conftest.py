@@ -12,6 +12,8 @@ import copy  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402  (after OMP_NUM_THREADS; pytest.ini's pythonpath makes the root importable)
@@ -35,6 +37,10 @@ TINY_ANY_STEPS = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch
 TINY_STACK = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8",
               "--T_max", "6", "--T_test", "8", "--n_max", "6", "--w", "2", "--eval_samples", "8", "--test_lengths", "3,6,8",
               "--log_interval", "5", "--eval_interval", "10", "--lr", "3e-3", "--warmup_iters", "0", "--grad_clip", "0.1"]
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 def snapshot(d):

@@ -1,6 +1,8 @@
-"""Bad input, table-driven, across the four scripts: every case exits with code 2 (130 for Ctrl-C), prints
-one line naming the bad value and no traceback, and leaves a pre-existing run directory byte-identical.
-Then the data-loss cases: a run is never wiped, mixed up or relabelled.
+"""The command line of the four commands (lab/cli.py, config.py's flags): bad input, table-driven across train.py,
+evaluate.py, bench.py and theory_checks.py: every case exits with code 2, prints one line naming the bad value and no
+traceback, and leaves a pre-existing run directory byte-identical; both flag forms and the presets; an output flag
+never names a run's own file; Ctrl-C is one line and exit 130, from `import torch` to the training loop; what a
+command prints reaches any stdout. A test of a reliability case names it (docs/reliability.md).
 
 Each table row: (name, script, argv, a word the one line must contain). The scripts run in-process
 through their entry points (cli.run), which is what `python SCRIPT.py ...` does.
@@ -12,15 +14,18 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import bench
+import config
 import evaluate
 import theory_checks
 import train
+from lab import checkpoint, checks, cli
 from lab.cli import run
 
-from conftest import ROOT, TINY, snapshot
+from conftest import ROOT, TINY, call, one_line, run_cli, snapshot, synthetic_eval, write_run
 
 ENTRY = {"train": train.main, "evaluate": evaluate.main, "bench": bench.main, "theory": theory_checks.command}
 
@@ -190,17 +195,70 @@ def test_bad_input_from_the_shell():
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--lr -1" in r.stderr
 
 
-# --- data loss and mix-ups ------------------------------------------------------------------------------
+# --- flags: both forms, presets, output files, sizes, all checked before any work ---------------------------------
 
-def copy_run(base, d):
-    d.mkdir(parents=True)
-    for f in os.listdir(base):
-        (d / f).write_bytes((base / f).read_bytes())
-    return d
+def test_both_flag_forms_parse():
+    a = train.parse_args(["--w", "3", "--lr", "1", "--task", "copy", "--no-inject"])
+    b = train.parse_args(["--w=3", "--lr=1", "--task=copy", "--no-inject"])
+    assert a == b and a.w == 3 and a.lr == 1.0 and isinstance(a.lr, float) and a.inject is False
 
 
-# --- failures during a run ------------------------------------------------------------------------------
+def test_preset_paper_and_explicit_flags_win():
+    c = train.parse_args(["--preset", "paper", "--lr", "5e-4"])
+    assert (c.d_model, c.n_head, c.max_iters, c.lr) == (256, 8, 100_000, 5e-4)
+    assert train.parse_args([]) == config.Config()  # bare `python train.py` is the default job
 
+
+@pytest.mark.parametrize("flag,value", [("--task", "dyk"), ("--schedule", "windw")])
+def test_unknown_name_is_one_line_error(flag, value):
+    r = run_cli("train.py", flag, value)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and value in lines[0] and "Traceback" not in r.stderr
+    assert ("dyck" if flag == "--task" else "window") in lines[0]  # lists the valid names
+
+
+def test_validation_one_line():
+    r = run_cli("train.py", "--d_model", "30", "--n_head", "4")
+    assert r.returncode == 2 and "d_model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["eval.json", "ckpt.pt", "config.json"])
+def test_json_outputs_never_name_a_runs_own_file(base, name):
+    """D8: theory_checks.py --json RUN/eval.json and bench.py --json RUN/ckpt.pt replaced a finished run's file.
+    Failed before its fix."""
+    target = str(base / name)
+    with pytest.raises(ValueError, match="run's own file"):
+        theory_checks.validate(cli.parse(theory_checks.Config, ["--json", target]))
+    with pytest.raises(ValueError, match="run's own file"):
+        bench.parse_args(["--json", target])
+
+
+def test_bench_refuses_to_measure_nothing_and_plot_needs_a_real_folder(base, tmp_path, capsys):
+    """U19: bench.py --only_stack --stacks '' measured nothing and exited 0; evaluate.py --plot /proc/x passed the
+    folder check and failed after the work. Failed before its fix."""
+    with pytest.raises(ValueError, match="--only_stack"):
+        bench.parse_args(["--only_stack", "--stacks", ""])
+    err = one_line(capsys, call(evaluate.cli, [str(base), "--plot", "/proc/x"]))
+    assert "--plot" in err and "/proc" in err
+    assert checks.creatable(str(tmp_path)) and os.listdir(tmp_path) == []  # the probe leaves nothing behind
+
+
+def test_readouts_with_too_many_samples_are_refused_before_any_work(tmp_path, capsys):
+    """4E4: evaluate.py --readouts --samples 100000000 had no memory check. Failed before its fix.
+
+    No ckpt.pt here: the code before the fix went on to load_run and said "no checkpoint" (with a checkpoint
+    it would have drawn 3 x 10^8 samples per length), the memory check comes first."""
+    d = write_run(tmp_path / "run", synthetic_eval())
+    before = snapshot(tmp_path)
+    err = one_line(capsys, evaluate.cli([d, "--readouts", "--samples", "100000000"]))
+    assert "--samples 100000000" in err and "GiB" in err and d in err, err
+    assert snapshot(tmp_path) == before
+    err = one_line(capsys, evaluate.cli([d, "--readouts", "--fit_gate", "linear", "--samples", "100"]))
+    assert "no checkpoint" in err  # a sensible size passes the estimate
+
+
+# --- Ctrl-C: one line and exit 130, from `import torch` to the training loop -------------------------------------
 
 def test_ctrl_c_is_one_line_exit_130_and_resume_continues(tmp_path, monkeypatch, capsys):
     d = tmp_path / "run"
@@ -238,3 +296,118 @@ def test_sigint_from_the_shell(tmp_path):
     p.send_signal(signal.SIGINT)
     err = p.communicate(timeout=120)[1]
     assert p.returncode == 130 and len(err.strip().splitlines()) == 1 and "interrupted" in err, err[-2000:]
+
+
+def test_ctrl_c_during_start_up_and_pressed_twice(tmp_path, monkeypatch, capsys):
+    """3T4: a Ctrl-C during start-up (outside the training loop it printed "train.py: " and nothing more), and a
+    Ctrl-C pressed twice. Failed before its fix."""
+    real_validate = checks.validate
+    monkeypatch.setattr(checks, "validate", lambda cfg: (_ for _ in ()).throw(KeyboardInterrupt))
+    err = one_line(capsys, train.cli(TINY + ["--out_dir", str(tmp_path / "a")]), 130)
+    assert err.strip() == "train.py: interrupted"
+    monkeypatch.setattr(checks, "validate", real_validate)
+    real_batch, real_good, calls = train.train_batch, checkpoint.last_good, {"n": 0}
+
+    def interrupted(*a):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return real_batch(*a)
+
+    def second_ctrl_c(path):  # the second Ctrl-C arrives while the first is being reported
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(10_000))  # bytecodes for a handler to run on
+        return real_good(path)
+
+    monkeypatch.setattr(train, "train_batch", interrupted)
+    monkeypatch.setattr(checkpoint, "last_good", second_ctrl_c)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        err = one_line(capsys, train.cli(TINY + ["--out_dir", str(tmp_path / "b")]), 130)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert "interrupted after step 7" in err and "--resume" in err
+
+
+SIGINT_DEFAULT = dict(preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's foreground job
+
+
+# Runs SCRIPT as the command (__main__) and sends itself SIGINT from inside `import torch` (when torch's
+# __init__ imports its first submodule): the Ctrl-C of a user who gives up while the command starts.
+CTRL_C_IN_IMPORT = """
+import os, runpy, signal, sys
+class CtrlC:
+    sent = False
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("torch.") and not CtrlC.sent:
+            CtrlC.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, CtrlC())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+print("not interrupted", file=sys.stderr)
+"""
+
+
+# argv: bad input, so that a command the Ctrl-C missed would stop at once and write nothing
+@pytest.mark.parametrize("script, argv, pending", [
+    ("evaluate.py", ["/nonexistent/run"], False), ("theory_checks.py", ["--w", "-1"], False),
+    # PENDING: train.py and bench.py are not this round's files; their cases run once their first line is
+    # `from lab.cli import ctrl_c_at_start; ctrl_c_at_start(__name__, "train.py")` (bench.py likewise), skipped till then
+    ("train.py", ["--lr", "-1"], True), ("bench.py", ["--quick", "--w", "-1"], True)])
+def test_ctrl_c_while_torch_is_imported_is_one_line_and_exit_130(script, argv, pending):
+    """4E5: a Ctrl-C during import torch printed a traceback. Failed before its fix."""
+    if pending and "ctrl_c_at_start(__name__" not in open(os.path.join(ROOT, script)).read():
+        pytest.skip(f"PENDING: {script} does not call lab.cli.ctrl_c_at_start before importing torch yet")
+    r = subprocess.run([sys.executable, "-c", CTRL_C_IN_IMPORT, script, *argv], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, **SIGINT_DEFAULT)
+    assert r.returncode == 130 and r.stderr == f"{script}: interrupted\n" and not r.stdout, r
+
+
+def test_the_start_handler_is_only_for_the_command_and_run_hands_ctrl_c_back(monkeypatch):
+    """4E5, the handler's limits.
+
+    Imported (a test, bench.py importing train.py) nothing changes; run() restores Python's KeyboardInterrupt
+    (what the training loop's Ctrl-C message and ctrl_c_after rely on)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        cli.ctrl_c_at_start("evaluate", "evaluate.py")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job: left ignored
+        cli.ctrl_c_at_start("__main__", "evaluate.py")
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        cli.ctrl_c_at_start("__main__", "evaluate.py")
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        seen = []
+        assert cli.run(lambda argv: seen.append(signal.getsignal(signal.SIGINT)), "evaluate.py", []) == 0
+        assert seen == [signal.default_int_handler]
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+# --- what a command prints: paths any stdout can encode, one rank's line --------------------------------------------
+
+def test_a_run_path_stdout_cannot_encode_is_printed_escaped(tmp_path):
+    """4E6: PYTHONIOENCODING=ascii with a non-ASCII run path was reported as bad input. Failed before its fix."""
+    d = write_run(tmp_path / "r\u00fcn-\u00f8", synthetic_eval())
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    r = subprocess.run([sys.executable, "evaluate.py", d], cwd=ROOT, capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and not r.stderr, r
+    assert "r\\xfcn-\\xf8" in r.stdout and "| dyck | window w=5 | 1 |" in r.stdout
+    # train.py prints the run path too (through the same lab.cli.run)
+    out = tmp_path / "tr\u00e4in"
+    r = subprocess.run([sys.executable, "train.py", *TINY, "--out_dir", str(out)], cwd=ROOT, capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "codec" not in r.stderr, r.stderr[-2000:]
+    assert "tr\\xe4in" in r.stdout and (out / "eval.json").exists()
+
+
+def test_under_torchrun_bad_input_is_printed_once(monkeypatch, capsys):
+    """3T5: under torchrun every rank printed the bad-input line (now rank 0 alone). Failed before its fix."""
+    for rank, lines in (("1", 0), ("0", 1)):
+        monkeypatch.setenv("RANK", rank)
+        assert train.cli(["--lr", "-1"]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == lines, rank
