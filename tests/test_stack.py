@@ -319,7 +319,7 @@ def test_a_chunks_checkpoints_commit_together(tmp_path, monkeypatch, capsys, sig
 
 
 def test_a_chunks_ctrl_c_before_its_first_checkpoint_says_none_was_written(tmp_path, monkeypatch, capsys):
-    """4S3: A chunk's Ctrl-C before its first checkpoint said "the last checkpoints are at step 0". Failed before its
+    """4S3: a chunk's Ctrl-C before its first checkpoint said "the last checkpoints are at step 0". Failed before its
     fix."""
     real, calls = chunks.train_batch, {"n": 0}
 
