@@ -37,6 +37,7 @@ def tiny():
     return cfg, task, model
 
 
+@pytest.mark.smoke
 def test_quick_flags_are_defaults_and_explicit_flags_win():
     cfg = bench.parse_args(["--quick", "--iters", "5"])
     assert (cfg.iters, cfg.d_model, cfg.matmul_n) == (5, bench.QUICK["d_model"], bench.QUICK["matmul_n"])
@@ -45,6 +46,7 @@ def test_quick_flags_are_defaults_and_explicit_flags_win():
     assert (tcfg.schedule, tcfg.d_model, tcfg.T_max, tcfg.amp, tcfg.compile) == ("window", 48, 8, False, False)
 
 
+@pytest.mark.smoke
 def test_step_flops_hand_computed():
     # depths (2, 1): a_1 = 2 rows, a_2 = 1 row; T = 3, D = 4, one layer, V = 5
     # per layer 24 a T D^2 + 4 a T^2 D: a=2 -> 2304 + 288, a=1 -> 1152 + 144; readout 2 B T D V = 240
@@ -144,6 +146,7 @@ def test_memory_row_counts_weights_and_both_adam_moments():
     assert float(row[2].split()[0]) > 0  # the step allocated activations and gradients
 
 
+@pytest.mark.smoke
 def test_padding_waste_hand_computed():
     # lengths (3, 1) padded to T = 3, depths (2, 1): real work 3*2 + 1*1 = 7 token-steps
     x = torch.tensor([[1, 2, 1], [2, 0, 0]])

@@ -183,6 +183,7 @@ def test_bad_inputs_one_line_exit_2_files_untouched(base, tmp_path, capsys):
         assert (snapshot(tmp_path), snapshot(base)) == before, name
 
 
+@pytest.mark.smoke
 def test_a_knob_at_its_default_or_set_by_a_recipe_is_not_refused():
     assert train.parse_args(["--schedule", "matched", "--w", "5"]).w == 5  # the default: harmless
     assert train.parse_args(["--task", "unique_set"]).V == 32  # the recipe sets V, the user did not
@@ -197,12 +198,14 @@ def test_bad_input_from_the_shell():
 
 # --- flags: both forms, presets, output files, sizes, all checked before any work ---------------------------------
 
+@pytest.mark.smoke
 def test_both_flag_forms_parse():
     a = train.parse_args(["--w", "3", "--lr", "1", "--task", "copy", "--no-inject"])
     b = train.parse_args(["--w=3", "--lr=1", "--task=copy", "--no-inject"])
     assert a == b and a.w == 3 and a.lr == 1.0 and isinstance(a.lr, float) and a.inject is False
 
 
+@pytest.mark.smoke
 def test_preset_paper_and_explicit_flags_win():
     c = train.parse_args(["--preset", "paper", "--lr", "5e-4"])
     assert (c.d_model, c.n_head, c.max_iters, c.lr) == (256, 8, 100_000, 5e-4)
@@ -365,6 +368,7 @@ def test_ctrl_c_while_torch_is_imported_is_one_line_and_exit_130(script, argv, p
     assert r.returncode == 130 and r.stderr == f"{script}: interrupted\n" and not r.stdout, r
 
 
+@pytest.mark.smoke
 def test_the_start_handler_is_only_for_the_command_and_run_hands_ctrl_c_back(monkeypatch):
     """4E5, the handler's limits.
 
@@ -405,6 +409,7 @@ def test_a_run_path_stdout_cannot_encode_is_printed_escaped(tmp_path):
     assert "tr\\xe4in" in r.stdout and (out / "eval.json").exists()
 
 
+@pytest.mark.smoke
 def test_under_torchrun_bad_input_is_printed_once(monkeypatch, capsys):
     """3T5: under torchrun every rank printed the bad-input line (now rank 0 alone). Failed before its fix."""
     for rank, lines in (("1", 0), ("0", 1)):

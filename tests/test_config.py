@@ -65,6 +65,7 @@ def test_loss_weights_that_overflow_are_refused_up_front(tmp_path, capsys):
     checks.validate(train.parse_args(TINY + ["--schedule", "act", "--tau_act", "1e6"]))  # the bound itself
 
 
+@pytest.mark.smoke
 def test_lambda_p_is_named_by_its_flag(tmp_path, capsys):
     """3U3: --lambda_p 1 was refused under the name of a flag that does not exist. Failed before its fix."""
     for schedule in ("ponder", "fixed_prior"):
@@ -72,6 +73,7 @@ def test_lambda_p_is_named_by_its_flag(tmp_path, capsys):
         assert "--lambda_p 1.0: must be in (0, 1)" in err
 
 
+@pytest.mark.smoke
 def test_an_ema_that_would_start_after_the_last_step_is_refused(tmp_path, capsys):
     """4R1: --curriculum --ema 0.999 on dyck's defaults put the EMA's start at step 850 of 800, so it never started,
     without a word (--ema_start past --max_iters too). Failed before its fix."""
@@ -86,6 +88,7 @@ def test_an_ema_that_would_start_after_the_last_step_is_refused(tmp_path, capsys
         checks.validate(train.parse_args(TINY + ok))
 
 
+@pytest.mark.smoke
 def test_a_thread_count_out_of_range_names_the_flag(tmp_path, capsys):
     """U16: --threads 99999999999 said "Overflow when unpacking long", naming no flag. Failed before its fix."""
     err = one_line(capsys, call(train.cli, TINY + ["--threads", "99999999999", "--out_dir", str(tmp_path / "x")]))
@@ -122,6 +125,7 @@ def test_the_memory_check_does_not_refuse_a_run_of_a_few_mb(tmp_path):
         checks.validate(train.parse_args(small + ["--T_max", "100000", "--T_test", "100000", "--batch_size", "100000"]))
 
 
+@pytest.mark.smoke
 def test_the_memory_check_counts_eval_samples_and_stacked_seeds(monkeypatch):
     """4R6: the memory check ignored --stack (64 seeds x batch 256 died in the allocator) and refused
     --eval_batch_size 1000000 with 8 samples for 97.8 GiB. Failed before its fix."""

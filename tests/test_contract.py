@@ -208,6 +208,7 @@ def test_a_schedule_on_another_device_is_named(name):
                 "schedule.to('cpu'")
 
 
+@pytest.mark.smoke
 def test_the_contract_says_d_model_is_the_width_of_the_state():
     """4C4: the contract's "d_model=D" was unexplained. Failed before its fix."""
     doc = " ".join((halting.__doc__ + halting.CONTRACT).split())
@@ -217,6 +218,7 @@ def test_the_contract_says_d_model_is_the_width_of_the_state():
 
 # --- 5. readouts: the methods time_exits, time_inference, early_exit and collect need ------------------------
 
+@pytest.mark.smoke
 def test_readouts_name_a_missing_forward_depths_or_policy_on_entry():
     """4C5: readouts' time_exits / time_inference needed forward_depths unsaid; collect without .policy raised
     AttributeError. Failed before its fix."""
@@ -255,6 +257,7 @@ def loss_cases():
             ("mask", (x, y, Tn, gen, mask.float())), ("mask", (x, y, Tn, gen, mask[:, :3]))]
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("name", list(halting.SCHEDULES))
 def test_every_loss_checks_every_argument_on_entry(name):
     """4C6: "loss and policy check every argument on entry" was not true of every schedule's loss. Failed before its

@@ -59,6 +59,7 @@ def known_runs():
 
 # --- metrics of one run ------------------------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_val_k_chooses_on_validation_and_reports_test():
     m = synthetic_eval(0, [1.0, 0.8, 0.6])["metrics"]
     assert m["oracle_ood"] == pytest.approx(80.0) and m["val_k"] == [1, 1, 1, 1]  # ties -> the smallest K
@@ -68,6 +69,7 @@ def test_val_k_chooses_on_validation_and_reports_test():
     assert m["id_k_ood"] == pytest.approx(40.0)
 
 
+@pytest.mark.smoke
 def test_shortcuts_on_known_sets():
     task = get_task("multiplication")
     sets = eval_set(task, [3, 4], 64, seed=5)
@@ -187,6 +189,7 @@ class Oracle(torch.nn.Module):
         return torch.nn.functional.one_hot(tok, self.V).float(), None
 
 
+@pytest.mark.smoke
 def test_exact_match_counts_only_scored_positions_and_metrics():
     task = get_task("copy")
     sets = eval_set(task, [3, 20], 4, seed=0)
@@ -239,6 +242,7 @@ def test_front90_and_table_row():
 
 # --- tables over seeds ------------------------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_table_std_and_front90_on_known_runs():
     md, rows = tables.table(tables.group_runs(known_runs()))
     rows = {r["setting"]: r for r in rows}
@@ -342,6 +346,7 @@ def fake(seed, eps, j, ood):
             "config": {"perturb": eps, "perturb_seed": j, "seed": seed}, "metrics": {"oracle_ood": ood, "oracle": [100.0, ood]}}
 
 
+@pytest.mark.smoke
 def test_perturb_eps_is_part_of_a_rows_key():
     """S17 (round five), revised by issue 68: a rounding-sized --perturb (at most tables.REPLICATE_EPS) is a
     replicate of its seed's plain run, as --perturb_seed is, so the plain and nudged runs share one row; a larger EPS

@@ -181,6 +181,7 @@ def test_a_model_built_the_other_way_round(tmp_path):
 
 # --- the contract's checks: one message naming the argument ---------------------------------------------
 
+@pytest.mark.smoke
 def test_wrong_arguments_fail_with_one_line_naming_them():
     import numpy as np
     import torch

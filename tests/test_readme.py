@@ -33,6 +33,7 @@ def test_the_readmes_copy_block_runs_on_the_three_files_alone(tmp_path):
     assert [n for n, _ in scores] == ["6", "8"] and all(0 <= float(a) <= 100 for _, a in scores), r.stdout
 
 
+@pytest.mark.smoke
 def test_the_findings_and_readmes_results_are_what_their_json_says():
     # results/README.md's "What the runs taught" and README.md's Results are regenerated from results/findings.json
     import json
@@ -62,6 +63,7 @@ def test_the_readmes_run_output_is_what_its_committed_run_prints():
     assert two["env"]["threads"] == 2 and f"reached {two['metrics']['oracle_hard_ood']:.1f}% there" in " ".join(shown.split())
 
 
+@pytest.mark.smoke
 def test_the_readmes_file_table_names_every_root_file():
     # the line counts beside them are kept by hand: no test counts them
     import re
@@ -70,6 +72,7 @@ def test_the_readmes_file_table_names_every_root_file():
     assert named == {f for f in os.listdir(ROOT) if f.endswith(".py")}, "the table names every root file, and only those"
 
 
+@pytest.mark.smoke
 def test_splice_refuses_missing_markers_in_one_line(tmp_path):
     """D6: tables.splice, which writes the generated blocks, refuses a file without its markers in one line and
     leaves it as it was."""

@@ -22,6 +22,7 @@ from study import choice
 from conftest import ROOT, TINY, call, copy_run, nan_copy, one_line, snapshot, synthetic_eval, write_run
 
 
+@pytest.mark.smoke
 def test_a_valid_eval_json_loads_and_tables(tmp_path, capsys):
     """4E1, the control: the schema takes what metrics.metrics writes (hard subset, shortcuts, raw_metrics, env)."""
     d = write_run(tmp_path / "run", synthetic_eval())
@@ -62,6 +63,7 @@ WRONG_TYPES = [  # (name, change, the words of the one line)
 ]
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("name, change, words", WRONG_TYPES, ids=[w[0] for w in WRONG_TYPES])
 def test_a_value_of_the_wrong_type_is_one_line_naming_file_and_key(tmp_path, capsys, name, change, words):
     """4E1: eval.json values of the wrong type (a list in config, a null in metrics.oracle, a string in lengths or

@@ -44,6 +44,7 @@ def test_a_second_process_on_the_same_run_directory_stops(base, tmp_path, capsys
     assert not (d / ".lock").exists()
 
 
+@pytest.mark.smoke
 def test_two_locks_on_one_run_directory_never_both_hold(tmp_path):
     """3Dc: two holders of one run directory (check-then-act; a pid lock re-taken by its own process). Failed before
     its fix."""
@@ -73,6 +74,7 @@ def test_the_lock_names_host_and_pid_and_is_released_by_the_os(tmp_path, capsys)
         assert (d / ".lock").read_text().startswith(f"process {os.getpid()} ")
 
 
+@pytest.mark.smoke
 def test_a_stale_lock_naming_a_live_pid_is_taken_over_and_exit_removes_only_its_own(tmp_path):
     """3Dc: a stale .lock naming a live (reused) pid blocked forever, and __exit__ removed another's lock. Failed
     before its fix."""
@@ -86,6 +88,7 @@ def test_a_stale_lock_naming_a_live_pid_is_taken_over_and_exit_removes_only_its_
     assert (d / ".lock").read_text() == "process 1 on elsewhere"
 
 
+@pytest.mark.smoke
 def test_a_lock_removes_only_the_projects_own_temp_files(tmp_path):
     """3Da: a fresh run deleted every *.tmp<digits> file of its folder, a user's thesis.tmp1 too. Failed before its
     fix."""
@@ -476,6 +479,7 @@ def test_a_diverged_run_says_so(tmp_path, capsys):
 
 # --- writes: atomic, never through a link ------------------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_every_writer_goes_through_the_one_atomic_write():
     """D6: tables.splice wrote results/README.md in place, and a full disk cut it short. Failed before its fix.
 
@@ -489,6 +493,7 @@ def test_every_writer_goes_through_the_one_atomic_write():
     assert found == [], found
 
 
+@pytest.mark.smoke
 def test_a_planted_temp_file_link_is_not_written_through(tmp_path):
     """D7: a link planted at atomic_write's temp name was written through. Failed before its fix."""
     victim = tmp_path / "thesis.txt"
@@ -500,6 +505,7 @@ def test_a_planted_temp_file_link_is_not_written_through(tmp_path):
     assert out.read_text() == "the table\n" and not out.is_symlink()
 
 
+@pytest.mark.smoke
 def test_ctrl_c_during_a_write_lands_after_it(tmp_path):
     """A Ctrl-C inside a checkpoint write used to cut torch.save, whose zip writer then raised a RuntimeError
     (a traceback, exit 1): the write now finishes and the KeyboardInterrupt follows."""

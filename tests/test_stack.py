@@ -88,6 +88,7 @@ def test_stacked_seeds_equal_separate_runs(schedule, dtype):
     assert stack_vs_separate(schedule, dtype) <= TOL[dtype]
 
 
+@pytest.mark.smoke
 def test_the_stacked_checkpoint_is_an_ordinary_one():
     cs = cfgs("rl", 2)
     ch = chunks.Chunk(cs, "cpu")

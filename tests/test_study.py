@@ -41,6 +41,7 @@ def test_every_committed_recipe_run_was_trained_with_todays_recipe():
         assert recipes.stale(task, records.load_eval(d)) == {}, d
 
 
+@pytest.mark.smoke
 def test_a_changed_recipe_is_caught(monkeypatch):
     monkeypatch.setitem(config.RECIPES, "addition", {**config.RECIPES["addition"], "max_iters": 6000})
     assert recipes.stale("addition", records.load_eval(recipes.run_dir("addition"))) == {"max_iters": 8000}
@@ -60,6 +61,7 @@ def unconverged(runs, seeds, policy_id=90.0):
     return [{**e, "metrics": {**e["metrics"], "policy_id": policy_id}} if e["seed"] in seeds else e for e in runs]
 
 
+@pytest.mark.smoke
 def test_study_verdicts_follow_the_evidence():
     from study import study
     tight, wide = study_rows()
@@ -85,6 +87,7 @@ def test_study_verdicts_follow_the_evidence():
     assert same.startswith("not significant at 16 pairs") and "95% interval [" in same
 
 
+@pytest.mark.smoke
 def test_holm_adjusts_over_the_claims_of_a_task():
     from study import study
     tight, wide = study_rows()
@@ -610,6 +613,7 @@ def test_a_choice_as_the_ladder_records_it_passes_every_reader(tmp_path, monkeyp
     assert bash(tree, "study/round2.sh", "--list", env=env()).stdout.splitlines()[0].endswith(" --ema 0.999")
 
 
+@pytest.mark.smoke
 def test_the_committed_choices_pass_and_the_rules_agree_with_the_ladder():
     """4Q1 (the control)."""
     for task in ("copy", "dyck"):
@@ -854,6 +858,7 @@ def test_a_torn_eval_json_in_a_chaos_slot_is_one_line(tmp_path):
     assert "fixed/seed100/r0/eval.json" in command_line(run_chaos(script))
 
 
+@pytest.mark.smoke
 def test_every_study_script_runs_its_main_through_cli_run():
     """T20: study/chaos.py and study/exclusions.py had no one-line error path. Failed before its fix.
 
@@ -866,6 +871,7 @@ def test_every_study_script_runs_its_main_through_cli_run():
                 assert "run(" in main, f"study/{f}: its __main__ does not go through cli.run"
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("text, words", [('{"rows": {"fixed": ', "unreadable"),
                                          ('{"rows": {"fixed": {"icc": null}}, "complete_layers": 5, "family": []}', "'icc'"),
                                          ("[1]", "object")])

@@ -161,6 +161,7 @@ def test_under_torchrun_a_seed_locked_on_another_rank_stops_every_rank_first(tmp
     assert snapshot(d) == before
 
 
+@pytest.mark.smoke
 def test_a_rank_waiting_for_the_others_does_not_time_out(monkeypatch):
     """4S4: under torchrun a rank with nothing left timed out after 30 minutes while another still trained. Failed
     before its fix.

@@ -39,6 +39,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 # --- check 1: gradient residual bound ---------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_residual_hand_case():
     # B2: xi = G (Gbar = 0): ||xi||^2 = 1, 1, 2 -> B^2 = 2 (the max, not the mean 4/3); <e1,e2> = 0,
     # <e1,(1,1)> = <e2,(1,1)> = 1 -> rho = 1/2 (off-diagonal only: the diagonal would give 1)
@@ -81,6 +82,7 @@ def test_bias_plus_within_is_the_mean_residual():
     assert row["||G_pi-Gbar||^2"] < 1e-20
 
 
+@pytest.mark.smoke
 def test_centered_windows():
     assert tc.centered_windows(10, [1, 3], 20) == [[9], [8, 9, 10]]
     with pytest.raises(ValueError, match="m=11"):
@@ -108,6 +110,7 @@ def test_per_depth_gradients_match_direct_backward():
 
 # --- check 2: representation consistency -------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_spread_hand_case():
     H = torch.tensor([[[0.0, 0.0]], [[2.0, 0.0]]])  # m=2, N=1: (1/4)(0 + 4 + 4 + 0) = 2
     assert tc.spread(H).tolist() == [2.0]
@@ -138,6 +141,7 @@ def test_wrong_consistency_constant_is_caught():
     assert rows[-1]["check"] is False and tc.exit_status(rows) == 1
 
 
+@pytest.mark.smoke
 def test_mu_is_twice_sigma_min_squared():
     # B5: W = diag(3, 0.5): mu = 2 * 0.5^2 (sigma_max would give 18)
     W = torch.diag(torch.tensor([3.0, 0.5]))

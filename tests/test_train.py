@@ -154,6 +154,7 @@ def _record(store, real, *a):
     return out
 
 
+@pytest.mark.smoke
 def test_nan_loss_stops_with_step_and_keeps_checkpoint(tmp_path, monkeypatch, capsys):
     import halting
     d = tmp_path / "run"
