@@ -80,7 +80,7 @@ RUNGS = {"r1": ("the study's first round, seeds 0-7", 1, 64),
          "r3": ("twice the width, 3x the steps", 3, 128),
          "rE": ("r2 with a weight EMA (decay 0.999, TRM's), evaluated on the EMA weights", 3, 64),
          "rH": ("the paper's width (d_model 256) on an H200, 16 seeds stacked (study/cuda/rung.sh)", None, 256)}
-RECIPE_STEPS = {"copy": 1500, "dyck": 800}  # config.RECIPES' max_iters (tests/test_results.py checks)
+RECIPE_STEPS = {"copy": 1500, "dyck": 800}  # config.RECIPES' max_iters (tests/test_study.py checks)
 TESTS = (("window", "fixed"), ("window", "matched"))  # the paper: the window spreads less than each
 # (rung, against), per row; "raw": the rung's own runs scored on their raw weights (amendment 4)
 GROWTH = [(rung, "raw" if rung == "rE" else "r1") for rung in RUNGS if rung != "r1"]

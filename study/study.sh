@@ -7,7 +7,7 @@
 #   STAGE=2 bash study/study.sh          # only one stage (1-7, below), then the tables
 #
 # This is the first round (800 / 1500 steps). Stage 7 grew some rows after a look at their data; such seeds
-# are listed in study/study.py's GROWN and enter only its secondary analysis (tests/test_results.py checks
+# are listed in study/study.py's GROWN and enter only its secondary analysis (tests/test_study.py checks
 # that the two agree). Under the protocol (study/study.py's docstring) no row grows after a look.
 #
 # Every run is `python train.py --task TASK ...` with the task's CPU recipe; seed k of every row starts

@@ -36,6 +36,7 @@ def batch(B=6, T=5, V=5):
 
 # --- 1. weight EMA ----------------------------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_ema_of_a_known_sequence_by_hand():
     model, head = torch.nn.Linear(1, 1, bias=False), torch.nn.Module()
     ema = config.EMA(SimpleNamespace(ema=0.5, ema_start=1), model, head)
@@ -100,6 +101,7 @@ def test_ema_leaves_training_alone_is_evaluated_and_resumes_bitwise(tmp_path, mo
 
 # --- 2. Fan's loss weighting -------------------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_token_weighting_is_one_cross_entropy_over_the_batchs_answer_tokens():
     model, (x, y, Tn) = ForeignLoop(V=5), batch()
     gen = lambda: torch.Generator().manual_seed(0)
@@ -157,6 +159,7 @@ def test_trm_eval_reports_the_full_depth_protocol(tmp_path):
 
 # --- 4. Huginn ---------------------------------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_kl_huginn_is_kl_of_the_previous_step_against_the_current():
     g = torch.Generator().manual_seed(0)
     logits, scored = torch.randn(3, 2, 4, 6, generator=g), torch.ones(2, 4, dtype=torch.bool)

@@ -16,6 +16,8 @@ from model import LoopedTransformer, ModelConfig
 from tasks import eval_set
 from lab import cli
 
+from conftest import one_line
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--quick", "--d_model", "16", "--n_head", "2", "--n_layer", "2", "--batch_size", "6", "--n_max", "6",
         "--T_max", "6", "--T_test", "8", "--test_lengths", "2,6,9", "--flops_d_models", "16", "--no-compile"]
@@ -35,6 +37,7 @@ def tiny():
     return cfg, task, model
 
 
+@pytest.mark.smoke
 def test_quick_flags_are_defaults_and_explicit_flags_win():
     cfg = bench.parse_args(["--quick", "--iters", "5"])
     assert (cfg.iters, cfg.d_model, cfg.matmul_n) == (5, bench.QUICK["d_model"], bench.QUICK["matmul_n"])
@@ -43,6 +46,7 @@ def test_quick_flags_are_defaults_and_explicit_flags_win():
     assert (tcfg.schedule, tcfg.d_model, tcfg.T_max, tcfg.amp, tcfg.compile) == ("window", 48, 8, False, False)
 
 
+@pytest.mark.smoke
 def test_step_flops_hand_computed():
     # depths (2, 1): a_1 = 2 rows, a_2 = 1 row; T = 3, D = 4, one layer, V = 5
     # per layer 24 a T D^2 + 4 a T^2 D: a=2 -> 2304 + 288, a=1 -> 1152 + 144; readout 2 B T D V = 240
@@ -142,6 +146,7 @@ def test_memory_row_counts_weights_and_both_adam_moments():
     assert float(row[2].split()[0]) > 0  # the step allocated activations and gradients
 
 
+@pytest.mark.smoke
 def test_padding_waste_hand_computed():
     # lengths (3, 1) padded to T = 3, depths (2, 1): real work 3*2 + 1*1 = 7 token-steps
     x = torch.tensor([[1, 2, 1], [2, 0, 0]])
@@ -199,3 +204,14 @@ def test_quick_run_prints_every_row_and_writes_the_json(tmp_path, capsys):
     saved = json.loads(path.read_text())
     assert saved["rows"] == rows and saved["columns"] == bench.COLUMNS
     assert os.listdir(tmp_path) == ["bench.json"]  # written atomically: no temp file left
+
+
+def test_bench_refuses_stacks_that_cannot_fit_in_one_line(capsys):
+    """4S5: bench.py --stacks 100000000 had no memory check (it went on to build 10^8 models). Failed before its fix."""
+    argv = ["--quick", "--only_stack", "--no-compile", "--stacks", "1,100000000"]
+    with pytest.raises(ValueError, match="--stacks"):  # before any work (the old code went on to build 10^8 models)
+        bench.parse_args(argv)
+    err = one_line(capsys, cli.run(bench.main, "bench.py", argv), 2)
+    assert "--stacks" in err and "100000000" in err and "GiB" in err, err
+    assert bench.parse_args(["--quick", "--stacks", "1,2"]).stacks == "1,2"  # a small row (h) still runs
+    assert bench.parse_args([]).stacks == "1,4,16"

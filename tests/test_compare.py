@@ -20,6 +20,7 @@ A1 = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19
 A2 = [27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5, 24.4]
 
 
+@pytest.mark.smoke
 def test_cluster_welch_interval_by_hand_and_a_seed_counts_once():
     """Mutation seen failing: the runs pooled as seeds (np.concatenate in place of cluster_means)."""
     r = stats.cluster_welch([[x] for x in A1], [[x] for x in A2])
@@ -88,6 +89,7 @@ def test_detectable_ratio_against_the_f_table_and_by_simulation():
     assert np.mean(F > 4.026) == pytest.approx(0.8, abs=0.03)
 
 
+@pytest.mark.smoke
 def test_effective_runs_by_hand():
     """N / (1 + (m - 1) ICC). Mutation seen failing: m - 1 replaced by m."""
     groups = [[1.0, 2.0, 3.0], [4.0, 6.0, 5.0], [2.0, 2.0, 5.0], [7.0, 8.0, 9.0]]

@@ -51,6 +51,7 @@ def tree(tmp_path, monkeypatch):
     return write
 
 
+@pytest.mark.smoke
 def test_made_up_runs_have_the_outcomes_they_are_made_with():
     m = made_up("window", 400, 70.0, settle=3)["metrics"]
     assert m["oracle_hard_ood"] == pytest.approx(70.0) and m["settle_k_ood"] == 3 and m["policy_id"] == pytest.approx(100)
@@ -137,6 +138,7 @@ def test_a_seeds_replicates_are_averaged_before_the_seeds_are():
         depth.explore_row("x/window", runs[:2] + [other])
 
 
+@pytest.mark.smoke
 def test_a_runs_row_is_its_folder_without_seed_and_replicate():
     results = os.path.join(depth.ROOT, "results")
     assert depth.row_path(os.path.join(results, "chaos", "dyck", "window", "seed100", "r3")) == "chaos/dyck/window"

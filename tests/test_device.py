@@ -70,6 +70,7 @@ def to_device(*modules):
 TINY = dict(d_model=16, n_head=2, n_layer=1, T_max=6, T_test=8, n_max=6, batch_size=6, c=6, w=2)
 
 
+@pytest.mark.smoke
 def test_the_checker_catches_a_host_tensor_added_to_a_device_tensor():
     with OtherDevice():
         Tn = mark(torch.tensor([3, 4, 5]))

@@ -76,6 +76,7 @@ def test_the_chaos_study_fits_in_a_small_page(tmp_path):
     assert len(data["runs"]) >= 150 and len(html.encode()) < 2_000_000  # 169 runs: about 0.9 MB
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("case", ["empty", "mixed", "damaged", "no folder", "a folder", "own file",
                                   "with --out"])
 def test_bad_input_is_one_line_and_no_file(tmp_path, capsys, case):

@@ -41,6 +41,7 @@ def grads(params):
 
 # --- the stop distribution and its pieces ---------------------------------------------------------
 
+@pytest.mark.smoke
 def test_stop_distribution_hand_case():
     # r = (0.5, 0.2): pi(1) = 0.5, pi(2) = 0.2 * 0.5 = 0.1, pi(3) = remaining = 0.5 * 0.8 = 0.4
     pi = stop_distribution(torch.tensor([0.5, 0.2], dtype=torch.float64))
@@ -49,6 +50,7 @@ def test_stop_distribution_hand_case():
     assert torch.allclose(log_stop_distribution(logits).exp(), pi)
 
 
+@pytest.mark.smoke
 def test_stop_distribution_sums_to_one_with_remaining_mass_last():
     r = torch.rand(5, 19, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     pi = stop_distribution(r)  # (5, 20)
@@ -60,6 +62,7 @@ def test_stop_distribution_sums_to_one_with_remaining_mass_last():
     assert torch.allclose(stop_distribution(r)[:, 3:].sum(-1), torch.zeros(5, dtype=torch.float64))
 
 
+@pytest.mark.smoke
 def test_entropy_against_direct_computation():
     log_pi = log_stop_distribution(torch.randn(3, 9, generator=torch.Generator().manual_seed(1)).double())
     direct = [-sum(p * math.log(p) for p in row) for row in log_pi.exp().tolist()]
@@ -68,6 +71,7 @@ def test_entropy_against_direct_computation():
     assert entropy(uniform).item() == pytest.approx(math.log(4))
 
 
+@pytest.mark.smoke
 def test_kl_nonnegative_zero_at_prior_and_direction():
     log_p = truncated_geometric(0.3, 10).double().log()
     log_q = log_stop_distribution(torch.randn(100, 9, generator=torch.Generator().manual_seed(2)).double())
@@ -79,6 +83,7 @@ def test_kl_nonnegative_zero_at_prior_and_direction():
     assert kl_divergence(q, p).item() == pytest.approx(0.36806, abs=1e-5)
 
 
+@pytest.mark.smoke
 def test_truncated_geometric_sums_to_one():
     p = truncated_geometric(0.3, 20).double()
     assert p.sum().item() == pytest.approx(1.0, abs=1e-6)
@@ -161,6 +166,7 @@ def test_hand_made_policies_clip_to_T_test():
         assert make_schedule(name).policy(Tn, 30).tolist() == [1, 19, 30]
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("name", ["fixed", "matched", "window", "fixed_window", "rl"])
 def test_active_set_equals_unroll_to_max_and_gather(name):
     x, y, _, Tn = batch(10, seed=6)
@@ -319,6 +325,7 @@ def test_fixed_prior_weights(prior):
         make_schedule("fixed_prior", prior="poisson")
 
 
+@pytest.mark.smoke
 def test_act_weights_hand_cases():
     halt = torch.tensor([[0.3, 0.5, 0.4], [0.1, 0.1, 0.1], [0.995, 0.2, 0.2]], dtype=torch.float64)
     N, R, p = act_weights(halt, eps=0.01)
@@ -342,6 +349,7 @@ def test_act_loss_is_mean_field_ce_plus_ponder_cost():
     assert s.policy(Tn, 9, hidden=model(x, 9, keep_hidden=True)[1], mask=x != PAD).tolist() == [9] * 6
 
 
+@pytest.mark.smoke
 def test_make_schedule_refuses_unknown_or_misspelt_knobs_and_bad_values():
     s = make_schedule("rl", d_model=16, lambda_ent=0.01)
     assert s.lambda_ent == 0.01

@@ -7,6 +7,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.smoke  # every test here is quick: all in the smoke tier
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COPY_ALONE = {"model", "halting", "tasks", "readouts", "ntp"}
 CONCEPT = COPY_ALONE | {"metrics", "config"}

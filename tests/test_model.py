@@ -1,8 +1,11 @@
 """The looped model: trajectory, padding, causality, injection, vanilla baseline."""
 
+import pytest
 import torch
 
 from model import LoopedTransformer, ModelConfig
+
+pytestmark = pytest.mark.smoke  # every test here is quick: all in the smoke tier
 
 
 def tiny(**kw):

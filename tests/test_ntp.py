@@ -52,6 +52,7 @@ def train_countdown(cls, n_pause=0, steps=100):
     return task, model.eval(), s
 
 
+@pytest.mark.smoke
 def test_teacher_forcing_layout_by_hand():
     # unique_set: END filler dropped, one END closes the answer; 2 pauses; a shorter row padded
     task = get_task("unique_set", V=4)
@@ -74,6 +75,7 @@ def test_teacher_forcing_layout_by_hand():
     assert s.end_id == PAD and PAD not in inp.tolist()[0] and tgt.tolist()[0][-1] == PAD
 
 
+@pytest.mark.smoke
 def test_loss_ignores_prompt_and_pad_positions():
     task = get_task("addition")
     x, y, _, Tn = make_batch(task, [1, 3, 6], torch.Generator().manual_seed(0))  # three lengths: padding

@@ -40,6 +40,7 @@ def test_perturb_zero_is_bitwise_the_plain_run(tmp_path, schedule):
     assert cfg["perturb"] == 1e-3 and cfg["perturb_seed"] == 1  # eval.json records both
 
 
+@pytest.mark.smoke
 def test_perturb_multiplies_every_weight_and_moves_no_other_stream():
     cfg = train.parse_args(TINY + ["--schedule", "rl", "--seed", "3"])
     _, model, head = config.build(cfg)
@@ -80,6 +81,7 @@ def fake(seed, j, ood):
             "metrics": {"oracle_ood": ood, "oracle": [100.0, ood]}}
 
 
+@pytest.mark.smoke
 def test_tables_hold_replicates_in_one_row_with_their_within_seed_std():
     ys = {0: [10.0, 12.0, 14.0], 1: [30.0, 31.0, 35.0]}
     runs = [fake(s, j, y) for s, v in ys.items() for j, y in enumerate(v, start=1)]

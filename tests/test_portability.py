@@ -181,6 +181,7 @@ def test_a_model_built_the_other_way_round(tmp_path):
 
 # --- the contract's checks: one message naming the argument ---------------------------------------------
 
+@pytest.mark.smoke
 def test_wrong_arguments_fail_with_one_line_naming_them():
     import numpy as np
     import torch
@@ -230,11 +231,3 @@ def halting_model(onehot=False):
         def readout(self, h):
             return self.out(h)
     return Loop()
-
-
-def test_the_readmes_file_table_names_every_root_file():
-    # the line counts beside them are kept by hand: no test counts them
-    import re
-    text = open(os.path.join(ROOT, "README.md")).read().split("## Files, in reading order", 1)[1].split("\n\n", 2)[1]
-    named = {f for line in text.splitlines() if line.startswith("| `") for f in re.findall(r"`(\w+\.py)`", line.split(" | ")[0])}
-    assert named == {f for f in os.listdir(ROOT) if f.endswith(".py")}, "the table names every root file, and only those"

@@ -38,6 +38,7 @@ def exit_of(name, threshold, sig):
     return readouts.exit_depths(s, readouts.score(name, torch.tensor([threshold])))[0].tolist()
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("name, threshold, expected", [
     ("top1", 0.9, [3, 1]),           # min over scored positions: position 1 is unsure until step 3
     ("margin", 5.0, [3, 1]),
@@ -54,6 +55,7 @@ def test_each_readout_exits_at_the_known_step(name, threshold, expected):
     assert exit_of(name, threshold, sig) == expected
 
 
+@pytest.mark.smoke
 def test_signal_values_by_hand():
     logits, hidden, scored = hand_trajectory()
     sig = readouts.trajectory_signals(logits, hidden, scored)
@@ -66,6 +68,7 @@ def test_signal_values_by_hand():
     assert sig["stable"][:, 0].tolist() == [0, 0, 0, 1]
 
 
+@pytest.mark.smoke
 def test_threshold_chosen_on_validation_only():
     """Val and test disagree on the best threshold: the chosen one is val's, reported with test's numbers."""
     K = 2
@@ -111,6 +114,7 @@ def test_max_confidence_per_batch_and_per_sample_differ():
     assert readouts.max_conf_batch(self_ce, torch.tensor([0, 1])).tolist() == [1, 3]
 
 
+@pytest.mark.smoke
 def test_d_at_x_on_a_constructed_curve():
     acc = [0.5, 0.92, 0.96, 0.99, 0.995, 0.97]
     depth = [2.0, 4.0, 6.0, 8.0, 10.0, 5.0]

@@ -1,6 +1,7 @@
 """Controlled seeds: one seed gives the same initial transformer and the same batches under every
 schedule; --init_seed and --data_seed vary one source of randomness with the other fixed."""
 
+import pytest
 import torch
 
 import config
@@ -24,6 +25,7 @@ def same(a, b) -> bool:
     return all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.smoke
 def test_same_seed_same_weights_and_batches_under_every_schedule():
     ref_w, ref_b = initial(["--schedule", "window", "--seed", "3"])
     for name in SCHEDULES:  # the halting heads of rl, ponder and act draw from their own stream
@@ -44,6 +46,7 @@ def test_data_seed_changes_batches_only_and_init_seed_weights_only():
     assert same(w0, w3)
 
 
+@pytest.mark.smoke
 def test_the_halting_head_has_its_own_stream():
     a = config.build(train.parse_args(TINY + ["--schedule", "rl", "--seed", "1"]))[2].head.weight
     b = config.build(train.parse_args(TINY + ["--schedule", "ponder", "--seed", "1"]))[2].head.weight

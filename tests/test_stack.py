@@ -4,7 +4,7 @@ The last tests break the stacking on purpose and check that the equivalence chec
 
 import json
 import os
-
+import signal
 import subprocess
 import sys
 
@@ -15,6 +15,8 @@ import config
 from tasks import train_batch
 import train
 from lab import chunks, files, stack
+
+from conftest import TINY_STACK, one_line, strip_clock
 
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
         "--n_max", "6",  # fixed's c: 0, i.e. T_max = 6
@@ -86,6 +88,7 @@ def test_stacked_seeds_equal_separate_runs(schedule, dtype):
     assert stack_vs_separate(schedule, dtype) <= TOL[dtype]
 
 
+@pytest.mark.smoke
 def test_the_stacked_checkpoint_is_an_ordinary_one():
     cs = cfgs("rl", 2)
     ch = chunks.Chunk(cs, "cpu")
@@ -188,10 +191,6 @@ def test_a_seed_stopped_before_its_first_checkpoint_leaves_nothing_that_blocks(t
         assert {"config.json", "metrics.jsonl", "ckpt.pt", "eval.json"} <= set(os.listdir(tmp_path / "s" / f"seed{k}"))
 
 
-def strip_clock(path):
-    return [{k: v for k, v in json.loads(l).items() if k not in ("ms_per_step", "elapsed_s")} for l in open(path)]
-
-
 @pytest.mark.parametrize("static", [False, True])
 def test_killed_chunk_resumes_bitwise(tmp_path, monkeypatch, capsys, static):
     flags = ["--ckpt_interval", "7"] + (["--static"] if static else [])  # logs every 5: the resumed log line mixes both
@@ -248,6 +247,92 @@ def test_each_seeds_eval_equals_its_unstacked_twins(tmp_path):
         assert s.keys() == u.keys()
         assert all(abs(s[i] - u[i]) <= (1 if i.startswith((".acc", ".val_acc")) else 100) / 16 + 1e-9 for i in s)
     assert any(evals["u", 0][i] != evals["u", 1][i] for i in evals["u", 0])  # the seeds' evals do differ: the check has power
+
+
+# --- a chunk's checkpoints commit together; its Ctrl-C line --------------------------------------------------------
+
+@pytest.fixture
+def sigint():
+    """Ctrl-C as a terminal delivers it (a suite started in the background inherits SIGINT ignored)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+STACK = TINY_STACK + ["--max_iters", "30", "--ckpt_interval", "7", "--seeds", "3", "--stack", "3"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    d = tmp_path_factory.mktemp("stack") / "a"
+    assert train.cli(STACK + ["--out_dir", str(d)]) == 0
+    return d
+
+
+def same_as(a, b):
+    """Seeds 0..2 of sweeps a and b: bitwise the same weights, optimizer state and log."""
+    for k in range(3):
+        x, y = ckpt(a / f"seed{k}" / "ckpt.pt"), ckpt(b / f"seed{k}" / "ckpt.pt")
+        assert x["step"] == y["step"] == 30
+        for part in ("model", "schedule"):
+            assert x[part].keys() == y[part].keys() and all(torch.equal(x[part][n], y[part][n]) for n in x[part]), (k, part)
+        sx, sy = x["optimizer"]["state"], y["optimizer"]["state"]
+        assert all(torch.equal(sx[i][n], sy[i][n]) for i in sx for n in sx[i]), k
+        assert strip_clock(a / f"seed{k}" / "metrics.jsonl") == strip_clock(b / f"seed{k}" / "metrics.jsonl"), k
+
+
+@pytest.mark.parametrize("fault", ["ctrl-c", "full disk"])
+def test_a_chunks_checkpoints_commit_together(tmp_path, monkeypatch, capsys, sigint, uninterrupted, fault):
+    """4S2: a Ctrl-C or a failed write between two seeds' checkpoint writes left a chunk's seeds at two steps, and
+    the resume no longer gave the uninterrupted run. Failed before its fix.
+
+    The checkpoints of step 14: a Ctrl-C right after seed 0's write lands after every seed's (all at 14); a
+    write that fails at seed 1 (a full disk) leaves every seed at step 7. Either way the resume is one chunk
+    again and gives the uninterrupted run bitwise."""
+    real, calls = torch.save, []
+
+    def save(obj, f, *a, **k):
+        if isinstance(obj, dict) and obj.get("step") == 14:
+            calls.append(obj["config"]["seed"])
+            if fault == "full disk" and len(calls) == 2:
+                raise OSError(28, "No space left on device")
+        real(obj, f, *a, **k)
+        if isinstance(obj, dict) and obj.get("step") == 14 and fault == "ctrl-c" and len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # between seed 0's write and seed 1's
+            sum(range(10_000))  # bytecodes for the handler to run on
+
+    monkeypatch.setattr(torch, "save", save)
+    b = tmp_path / "b"
+    rc = train.cli(STACK + ["--out_dir", str(b)])
+    monkeypatch.setattr(torch, "save", real)
+    err = capsys.readouterr().err
+    at = 14 if fault == "ctrl-c" else 7
+    assert [ckpt(b / f"seed{k}" / "ckpt.pt")["step"] for k in range(3)] == [at] * 3, err  # the old code: 14, 7, 7
+    if fault == "ctrl-c":
+        assert rc == 130 and "interrupted after step 14; the last checkpoints are at step 14;" in err, err
+    else:
+        assert rc == 1 and "No space left" in err, err
+    assert not [f for k in range(3) for f in os.listdir(b / f"seed{k}") if ".tmp" in f]
+    assert train.cli(STACK + ["--out_dir", str(b), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert [l for l in out.splitlines() if l.startswith("chunk of seeds 0, 1, 2:") and f"resumed at step {at}" in l], out
+    same_as(uninterrupted, b)
+
+
+def test_a_chunks_ctrl_c_before_its_first_checkpoint_says_none_was_written(tmp_path, monkeypatch, capsys):
+    """4S3: a chunk's Ctrl-C before its first checkpoint said "the last checkpoints are at step 0". Failed before its
+    fix."""
+    real, calls = chunks.train_batch, {"n": 0}
+
+    def interrupted(*a, **k):  # the 4th step's batches (3 seeds a step)
+        calls["n"] += 1
+        if calls["n"] == 3 * 3 + 1:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(chunks, "train_batch", interrupted)
+    err = one_line(capsys, train.cli(STACK + ["--out_dir", str(tmp_path / "c")]), 130)
+    assert "interrupted after step 3; no checkpoint was written yet; continue with --resume" in err, err
 
 
 # --- the checks above see a broken stack (mutation checks) ------------------------------------------------------

@@ -15,6 +15,7 @@ A1 = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19
 A2 = [27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5, 24.4]
 
 
+@pytest.mark.smoke
 def test_incomplete_beta_closed_forms():
     for x in (0.05, 0.3, 0.5, 0.9):
         assert stats.betainc(1, 1, x) == pytest.approx(x, abs=1e-12)  # uniform
@@ -23,6 +24,7 @@ def test_incomplete_beta_closed_forms():
         assert stats.betainc(3, 2, x) + stats.betainc(2, 3, 1 - x) == pytest.approx(1.0, abs=1e-12)
 
 
+@pytest.mark.smoke
 def test_student_t_quantiles():
     # two-sided 5% critical values of Student's t (any statistics table): df 1 -> 12.706, 10 -> 2.228
     assert stats.t_two_sided_p(12.706, 1) == pytest.approx(0.05, abs=1e-4)
@@ -30,6 +32,7 @@ def test_student_t_quantiles():
     assert stats.f_upper_p(4.965, 1, 10) == pytest.approx(0.05, abs=1e-4)  # F(1, 10) = t(10)^2
 
 
+@pytest.mark.smoke
 def test_welch_textbook_example():
     r = stats.welch(A1, A2)
     assert r["t"] == pytest.approx(-2.46, abs=0.005) and r["df"] == pytest.approx(25.0, abs=0.05)
@@ -37,6 +40,7 @@ def test_welch_textbook_example():
     assert stats.welch(A2, A1)["p"] == pytest.approx(r["p"])
 
 
+@pytest.mark.smoke
 def test_brown_forsythe_by_hand():
     a, b = [1.0, 2.0, 3.0, 10.0], [4.0, 4.5, 5.0, 5.5]
     # |x - median|: a -> 1.5, 0.5, 0.5, 7.5 (median 2.5), b -> 0.75, 0.25, 0.25, 0.75 (median 4.75)
@@ -216,6 +220,7 @@ def test_sign_flip_interval_is_the_tests_inversion_and_covers():
     assert 0.91 <= cover / 300 <= 0.99, cover
 
 
+@pytest.mark.smoke
 def test_holm_by_hand():
     # sorted 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005, 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04): monotone
     assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])

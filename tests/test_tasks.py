@@ -128,6 +128,7 @@ def symbols(task, x, y):
 
 # --- labels against the references ------------------------------------------------------------------
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("name", list(TASKS))
 @pytest.mark.parametrize("test", [False, True])
 def test_labels_match_reference(name, test):
@@ -156,6 +157,7 @@ def test_labels_with_other_knobs(name):
                 assert set(xs[:n]) <= {"0", "1", "2"}
 
 
+@pytest.mark.smoke
 def test_docstring_examples():
     """The worked examples of the docstrings, hand-computed, through the builders."""
     def slots(task, built):
@@ -234,6 +236,7 @@ def test_mano_tree_shapes_vary():
     assert len(shapes) == 14  # Catalan(4): every binary tree with 4 operators occurs
 
 
+@pytest.mark.smoke
 def test_dyck_edges():
     d, gen = get_task("dyck"), torch.Generator().manual_seed(0)
     seen = set()
@@ -314,6 +317,7 @@ def test_refused_lengths(name):
         eval_set(task, [20, 0], 4)
 
 
+@pytest.mark.smoke
 def test_knobs_and_registry():
     cfg = {"task": "x", "V": 7, "p": 11, "m_train": "1,3", "m_test": 3, "lr": 3e-4, "d_model": 64}
     assert task_kwargs("dyck", cfg) == {}
@@ -339,6 +343,7 @@ def test_knobs_and_registry():
 
 # --- the length curriculum --------------------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_curriculum():
     assert [curriculum_n_max(s, 2, 19, 100) for s in (0, 99, 100, 250, 1699, 1700, 10**6)] == [2, 2, 3, 4, 18, 19, 19]
     assert curriculum_n_max(0, 25, 19, 10) == 19  # capped at n_max

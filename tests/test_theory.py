@@ -29,12 +29,17 @@ import halting
 import theory_checks as tc
 from halting import per_sample_ce
 from model import LoopedTransformer, ModelConfig
+from lab import cli
+from lab.cli import run
+
+from conftest import nan_copy, one_line
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "theory_checks.py")
 
 
 # --- check 1: gradient residual bound ---------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_residual_hand_case():
     # B2: xi = G (Gbar = 0): ||xi||^2 = 1, 1, 2 -> B^2 = 2 (the max, not the mean 4/3); <e1,e2> = 0,
     # <e1,(1,1)> = <e2,(1,1)> = 1 -> rho = 1/2 (off-diagonal only: the diagonal would give 1)
@@ -77,6 +82,7 @@ def test_bias_plus_within_is_the_mean_residual():
     assert row["||G_pi-Gbar||^2"] < 1e-20
 
 
+@pytest.mark.smoke
 def test_centered_windows():
     assert tc.centered_windows(10, [1, 3], 20) == [[9], [8, 9, 10]]
     with pytest.raises(ValueError, match="m=11"):
@@ -104,6 +110,7 @@ def test_per_depth_gradients_match_direct_backward():
 
 # --- check 2: representation consistency -------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_spread_hand_case():
     H = torch.tensor([[[0.0, 0.0]], [[2.0, 0.0]]])  # m=2, N=1: (1/4)(0 + 4 + 4 + 0) = 2
     assert tc.spread(H).tolist() == [2.0]
@@ -134,6 +141,7 @@ def test_wrong_consistency_constant_is_caught():
     assert rows[-1]["check"] is False and tc.exit_status(rows) == 1
 
 
+@pytest.mark.smoke
 def test_mu_is_twice_sigma_min_squared():
     # B5: W = diag(3, 0.5): mu = 2 * 0.5^2 (sigma_max would give 18)
     W = torch.diag(torch.tensor([3.0, 0.5]))
@@ -262,3 +270,25 @@ def test_script_exit_codes(tmp_path):
     typo = run("--checks", "1a", "--json", str(out))
     assert typo.returncode == 2 and typo.stderr.count("\n") == 1 and "--json" in typo.stderr
     assert "Traceback" not in typo.stderr and not out.parent.exists()
+
+
+def test_theory_checks_refuse_degenerate_inputs_instead_of_violated(base, tmp_path, capsys):
+    """3Sh: theory_checks.py said VIOLATED on --rl_samples 2 and on a non-finite checkpoint. Failed before its fix."""
+    code = run(tc.command, "theory_checks.py", ["--checks", "3", "--rl_samples", "2"])
+    assert "too few samples" in one_line(capsys, code)
+    d = nan_copy(base, tmp_path / "nan", "model")
+    code = run(tc.command, "theory_checks.py", ["--checks", "1b", "--ckpt", str(d / "ckpt.pt")])
+    assert "non-finite weights" in one_line(capsys, code)
+
+
+def test_theory_checks_says_what_t_max_a_check_needs(capsys):
+    """4E7: theory_checks.py --checks 3 --T_max 2 said "choose m <= -15". Failed before its fix."""
+    command = lambda *argv: cli.run(tc.command, "theory_checks.py", list(argv))  # noqa: E731
+    for argv, need in ((["--checks", "1b"], 15), (["--checks", "2b"], 15), (["--checks", "3,1b"], 15), ([], 15)):
+        err = one_line(capsys, command(*argv, "--T_max", "2"))
+        assert "--T_max 2" in err and f"needs --T_max >= {need}" in err and "<= -" not in err, (argv, err)
+    # check 3 (and 1a, 2a) do not use T_max: nothing to refuse
+    assert command("--checks", "3", "--T_max", "2", "--rl_samples", "200") == 0
+    assert "3 found no bias" in capsys.readouterr().out
+    err = one_line(capsys, command("--checks", "1b", "--n", "1", "--ms", "1,3"))  # a window below depth 1
+    assert "choose m <= 1" in err

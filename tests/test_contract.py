@@ -1,7 +1,9 @@
 """The copy-alone contract of halting.py and readouts.py, as a stranger meets it: their own looped models
 (tests/foreign.py and here, not model.py), arguments of the wrong dtype or values, a float64 model, a schedule on another
 device, a model without forward_depths. Every wrong input is refused on entry with one line naming it; the
-optimised paths never call a model's step on 0 rows. Of ours, only halting and readouts are imported."""
+optimised paths never call a model's step on 0 rows. Of ours, only halting and readouts are imported.
+
+The cases 4C1-4C6 are round four's (issue 53; docs/reliability.md): each test says which, and failed before its fix."""
 
 import numpy as np
 import pytest
@@ -79,6 +81,8 @@ def refused(fn, starts: str, *contains: str) -> str:
 
 @pytest.mark.parametrize("name", list(halting.SCHEDULES))
 def test_tn_of_a_small_integer_dtype_is_refused_naming_tn_and_its_dtype(name):
+    """4C1: a uint8 Tn was read as a mask (multidepth gave NaN), int8/int16 a bare IndexError; Tn must be int32 or
+    int64. Failed before its fix."""
     x, y, Tn, mask = data()
     for dtype in (torch.uint8, torch.int8, torch.int16, torch.bool):
         bad = Tn.to(dtype)
@@ -89,6 +93,7 @@ def test_tn_of_a_small_integer_dtype_is_refused_naming_tn_and_its_dtype(name):
 
 @pytest.mark.parametrize("name", list(halting.SCHEDULES))
 def test_tn_int32_gives_the_numbers_of_int64(name):
+    """4C1: an int32 Tn is accepted and gives the numbers of int64. Failed before its fix."""
     x, y, Tn, mask = data()
     out = []
     for dtype in (torch.int64, torch.int32):
@@ -99,6 +104,7 @@ def test_tn_int32_gives_the_numbers_of_int64(name):
 
 
 def test_readouts_collect_refuses_a_uint8_tn():
+    """4C1: readouts.collect refuses a uint8 Tn too. Failed before its fix."""
     x, y, Tn, _ = data()
     sets = {3: (x, y, torch.full((B,), 3), Tn.to(torch.uint8))}
     refused(lambda: readouts.collect(Trajectory(), schedule("matched"), sets, 8, pad_id=0),
@@ -109,6 +115,8 @@ def test_readouts_collect_refuses_a_uint8_tn():
 
 @pytest.mark.parametrize("name", list(halting.SCHEDULES))
 def test_y_with_minus_one_for_unscored_is_refused_naming_y_and_ignore(name):
+    """4C2: y with -1 as the ignore value gave a bare "Target -1 is out of bounds"; y is int64 with no negative value
+    but IGNORE. Failed before its fix."""
     x, y, Tn, mask = data()
     y1 = y.masked_fill(y == halting.IGNORE, -1)
     refused(lambda: schedule(name).loss(Loop(), x, y1, Tn, torch.Generator().manual_seed(0), mask=mask),
@@ -118,6 +126,8 @@ def test_y_with_minus_one_for_unscored_is_refused_naming_y_and_ignore(name):
 
 
 def test_readouts_collect_refuses_targets_outside_the_vocabulary():
+    """4C2: readouts.collect also checks y in 0..V-1 (halting.py cannot: V is known only at the readout). Failed before
+    its fix."""
     x, y, Tn, _ = data()
     for bad in (-1, V):
         yb = y.clone()
@@ -132,6 +142,7 @@ def test_readouts_collect_refuses_targets_outside_the_vocabulary():
 @pytest.mark.parametrize("name", halting.DEPTH_FIRST)
 @pytest.mark.parametrize("k", [1, 2, 5])
 def test_truncated_backprop_never_steps_zero_rows_and_keeps_the_loss(name, k):
+    """4C3: --bptt_k called the model's step on a 0-row batch. Failed before its fix."""
     x, y, Tn, _ = data()
     losses = []
     for bptt_k in (0, k):
@@ -146,6 +157,7 @@ def test_truncated_backprop_never_steps_zero_rows_and_keeps_the_loss(name, k):
 
 @pytest.mark.parametrize("name", list(halting.SCHEDULES))
 def test_no_schedule_steps_zero_rows(name):
+    """4C3: no schedule calls step on 0 rows, with or without the active set. Failed before its fix."""
     x, y, Tn, mask = data()
     for active in (True, False):
         model = RowsGuard()
@@ -163,6 +175,7 @@ def test_no_schedule_steps_zero_rows(name):
 
 @pytest.mark.parametrize("name", LEARNED)
 def test_a_float64_model_with_the_float32_head_is_named(name):
+    """4C4: a float64 model with the float32 halting head: a bare torch error. Failed before its fix."""
     x, y, Tn, mask = data()
     refused(lambda: schedule(name).loss(Loop().double(), x, y, Tn, torch.Generator(), mask=mask),
             "the halting head's weights are torch.float32 on cpu but the model's state h is torch.float64 on cpu",
@@ -176,6 +189,7 @@ def test_a_float64_model_with_the_float32_head_is_named(name):
 
 @pytest.mark.parametrize("name", LEARNED)
 def test_a_state_width_other_than_d_model_is_named(name):
+    """4C4: a state width other than the head's d_model: a bare torch error. Failed before its fix."""
     x, y, Tn, mask = data()
     refused(lambda: schedule(name, d_model=2 * D).loss(Loop(), x, y, Tn, torch.Generator(), mask=mask),
             "the halting head takes states of width d_model=16 but the model's state h has width D=8",
@@ -184,6 +198,7 @@ def test_a_state_width_other_than_d_model_is_named(name):
 
 @pytest.mark.parametrize("name", LEARNED + ("fixed_prior",))
 def test_a_schedule_on_another_device_is_named(name):
+    """4C4: model and schedule on different devices: a bare torch error. Failed before its fix."""
     x, y, Tn, mask = data()
     s = schedule(name).to("meta")  # a device other than the batch's, on any machine
     refused(lambda: s.loss(Loop(), x, y, Tn, torch.Generator(), mask=mask), "schedule.", "on meta but x is on cpu",
@@ -193,7 +208,9 @@ def test_a_schedule_on_another_device_is_named(name):
                 "schedule.to('cpu'")
 
 
+@pytest.mark.smoke
 def test_the_contract_says_d_model_is_the_width_of_the_state():
+    """4C4: the contract's "d_model=D" was unexplained. Failed before its fix."""
     doc = " ".join((halting.__doc__ + halting.CONTRACT).split())
     assert "D is the width of the loop's state h, the d_model= a learned schedule is built with" in doc
     assert "D the width of the loop's state h" in doc
@@ -201,7 +218,10 @@ def test_the_contract_says_d_model_is_the_width_of_the_state():
 
 # --- 5. readouts: the methods time_exits, time_inference, early_exit and collect need ------------------------
 
+@pytest.mark.smoke
 def test_readouts_name_a_missing_forward_depths_or_policy_on_entry():
+    """4C5: readouts' time_exits / time_inference needed forward_depths unsaid; collect without .policy raised
+    AttributeError. Failed before its fix."""
     x, y, Tn, mask = data()
     scored = y != readouts.IGNORE
     refused(lambda: readouts.time_inference(Loop(), [(x, y, scored, mask)], [("fixed", 3, None)], 6),
@@ -237,8 +257,11 @@ def loss_cases():
             ("mask", (x, y, Tn, gen, mask.float())), ("mask", (x, y, Tn, gen, mask[:, :3]))]
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("name", list(halting.SCHEDULES))
 def test_every_loss_checks_every_argument_on_entry(name):
+    """4C6: "loss and policy check every argument on entry" was not true of every schedule's loss. Failed before its
+    fix."""
     for arg, (x, y, Tn, gen, mask) in loss_cases():
         model = RowsGuard()
         refused(lambda: schedule(name).loss(model, x, y, Tn, gen, mask=mask), f"{arg}:")
@@ -247,6 +270,8 @@ def test_every_loss_checks_every_argument_on_entry(name):
 
 @pytest.mark.parametrize("name", list(halting.SCHEDULES))
 def test_every_policy_checks_every_argument_on_entry(name):
+    """4C6: "loss and policy check every argument on entry" was not true of every schedule's policy. Failed before its
+    fix."""
     x, _, Tn, mask = data()
     hidden = halting.unroll(Loop(), x, 8)[1].detach()  # (9, B, P, D)
     s = schedule(name)

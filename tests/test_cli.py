@@ -1,6 +1,8 @@
-"""Bad input, table-driven, across the four scripts: every case exits with code 2 (130 for Ctrl-C), prints
-one line naming the bad value and no traceback, and leaves a pre-existing run directory byte-identical.
-Then the data-loss cases: a run is never wiped, mixed up or relabelled.
+"""The command line of the four commands (lab/cli.py, config.py's flags): bad input, table-driven across train.py,
+evaluate.py, bench.py and theory_checks.py: every case exits with code 2, prints one line naming the bad value and no
+traceback, and leaves a pre-existing run directory byte-identical; both flag forms and the presets; an output flag
+never names a run's own file; Ctrl-C is one line and exit 130, from `import torch` to the training loop; what a
+command prints reaches any stdout. A test of a reliability case names it (docs/reliability.md).
 
 Each table row: (name, script, argv, a word the one line must contain). The scripts run in-process
 through their entry points (cli.run), which is what `python SCRIPT.py ...` does.
@@ -16,34 +18,16 @@ import pytest
 import torch
 
 import bench
+import config
 import evaluate
 import theory_checks
 import train
+from lab import checkpoint, checks, cli
 from lab.cli import run
-from lab.files import atomic_write
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--threads", "1", "--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8",
-        "--eval_samples", "8", "--test_lengths", "5,19,20,25", "--log_interval", "5", "--eval_interval", "10",
-        "--ckpt_interval", "5", "--max_iters", "10"]
+from conftest import ROOT, TINY, call, one_line, run_cli, snapshot, synthetic_eval, write_run
+
 ENTRY = {"train": train.main, "evaluate": evaluate.main, "bench": bench.main, "theory": theory_checks.command}
-
-
-def snapshot(d):
-    """Every file under d with its bytes: 'untouched' means this does not change."""
-    out = {}
-    for root, _, files in os.walk(d):
-        for f in files:
-            out[os.path.join(root, f)] = open(os.path.join(root, f), "rb").read()
-    return out
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    """A finished tiny run (10 steps), shared by the cases; each case must leave it as it is."""
-    d = tmp_path_factory.mktemp("base") / "run"
-    assert train.cli(TINY + ["--out_dir", str(d)]) == 0
-    return d
 
 
 def crafted(tmp, base, name, change):
@@ -199,6 +183,7 @@ def test_bad_inputs_one_line_exit_2_files_untouched(base, tmp_path, capsys):
         assert (snapshot(tmp_path), snapshot(base)) == before, name
 
 
+@pytest.mark.smoke
 def test_a_knob_at_its_default_or_set_by_a_recipe_is_not_refused():
     assert train.parse_args(["--schedule", "matched", "--w", "5"]).w == 5  # the default: harmless
     assert train.parse_args(["--task", "unique_set"]).V == 32  # the recipe sets V, the user did not
@@ -211,158 +196,72 @@ def test_bad_input_from_the_shell():
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--lr -1" in r.stderr
 
 
-@pytest.mark.parametrize("script, env, argv, word", [
-    ("ladder.sh", {}, ["--table-only"], "'--table-only'"), ("ladder.sh", {}, ["--list", "x"], "got 2"),
-    ("ladder.sh", {"LANES": "0"}, [], "LANES=0"), ("ladder.sh", {"LANE": "2", "LANES": "2"}, [], "LANE=2"),
-    ("study.sh", {}, ["--tabels"], "'--tabels'"), ("study.sh", {"STAGE": "8"}, [], "STAGE=8"),
-    ("study.sh", {"NPROC": "x"}, [], "NPROC=x"), ("cuda/rung.sh", {}, [], "usage"),
-    ("cuda/rung.sh", {}, ["out", "abc"], "'abc'"), ("cuda/run.sh", {}, ["out", "4.5"], "'4.5'"),
-    ("recipes.sh", {}, ["--tables"], "'--tables'"), ("round2.sh", {}, ["--tables-only"], "'--tables-only'"),
-    ("round2.sh", {"LANE": "1"}, [], "LANE=1")])
-def test_bad_input_to_the_study_scripts(tmp_path, script, env, argv, word):
-    """A typo must not start hours of training (or spend a GPU lease): the script, copied alone into an
-    empty tree, exits 2 with one line and writes nothing there."""
-    path = tmp_path / "study" / script
-    path.parent.mkdir(parents=True)
-    path.write_bytes(open(os.path.join(ROOT, "study", script), "rb").read())
-    r = subprocess.run(["bash", str(path), *argv], capture_output=True, text=True, env={**os.environ, **env},
-                       cwd=tmp_path, timeout=60)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr and not r.stdout, r
-    assert sorted(tmp_path.rglob("*")) == sorted([path, *path.parents][:len(path.relative_to(tmp_path).parts)])
+# --- flags: both forms, presets, output files, sizes, all checked before any work ---------------------------------
+
+@pytest.mark.smoke
+def test_both_flag_forms_parse():
+    a = train.parse_args(["--w", "3", "--lr", "1", "--task", "copy", "--no-inject"])
+    b = train.parse_args(["--w=3", "--lr=1", "--task=copy", "--no-inject"])
+    assert a == b and a.w == 3 and a.lr == 1.0 and isinstance(a.lr, float) and a.inject is False
 
 
-@pytest.mark.parametrize("script", ["study.py", "ladder.py", "recipes.py"])
-def test_the_table_scripts_refuse_arguments(script):
-    """study/*.py take no arguments; a stray one is a typo, refused before any table is written."""
-    readme = open(os.path.join(ROOT, "results", "README.md"), "rb").read()
-    r = subprocess.run([sys.executable, os.path.join("study", script), "--tables-only"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
-    assert open(os.path.join(ROOT, "results", "README.md"), "rb").read() == readme
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--tables-only" in r.stderr and not r.stdout, r
+@pytest.mark.smoke
+def test_preset_paper_and_explicit_flags_win():
+    c = train.parse_args(["--preset", "paper", "--lr", "5e-4"])
+    assert (c.d_model, c.n_head, c.max_iters, c.lr) == (256, 8, 100_000, 5e-4)
+    assert train.parse_args([]) == config.Config()  # bare `python train.py` is the default job
 
 
-# --- data loss and mix-ups ------------------------------------------------------------------------------
-
-def copy_run(base, d):
-    d.mkdir(parents=True)
-    for f in os.listdir(base):
-        (d / f).write_bytes((base / f).read_bytes())
-    return d
-
-
-def test_1_rerun_without_resume_refuses_to_wipe_the_run(base, tmp_path, capsys):
-    d = copy_run(base, tmp_path / "run")
-    before = snapshot(d)
-    assert train.cli(TINY + ["--out_dir", str(d)]) == 2
-    assert "--resume" in capsys.readouterr().err and snapshot(d) == before
-    assert train.cli(TINY + ["--out_dir", str(d), "--overwrite", "--max_iters", "5"]) == 0  # explicitly replaced
-    assert json.load(open(d / "eval.json"))["steps"] == 5
+@pytest.mark.parametrize("flag,value", [("--task", "dyk"), ("--schedule", "windw")])
+def test_unknown_name_is_one_line_error(flag, value):
+    r = run_cli("train.py", flag, value)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and value in lines[0] and "Traceback" not in r.stderr
+    assert ("dyck" if flag == "--task" else "window") in lines[0]  # lists the valid names
 
 
-def test_2_a_flag_that_would_fail_late_is_refused_first(base, tmp_path):
-    d = copy_run(base, tmp_path / "run")
-    before = snapshot(d)
-    for bad in (["--eval_batch_size", "0"], ["--weight_decay", "-1"], ["--grad_clip", "nan"], ["--c", "1000"]):
-        assert train.cli(TINY + ["--out_dir", str(d), "--overwrite", *bad]) == 2
-        assert snapshot(d) == before, bad
+def test_validation_one_line():
+    r = run_cli("train.py", "--d_model", "30", "--n_head", "4")
+    assert r.returncode == 2 and "d_model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_3_resume_with_other_settings_is_refused_harmless_ones_allowed(base, tmp_path, capsys):
-    d = copy_run(base, tmp_path / "run")
-    before = snapshot(d)
-    for other in (["--w", "3"], ["--T_max", "12"], ["--lr", "0.1"], ["--max_iters", "5"], ["--eval_seed", "1"]):
-        assert train.cli(TINY + ["--out_dir", str(d), "--resume", *other]) == 2, other
-        assert snapshot(d) == before
-    # intervals and the eval batch size do not change the run: a finished run is simply reported again
-    assert train.cli(TINY + ["--out_dir", str(d), "--resume", "--eval_batch_size", "7", "--log_interval", "2"]) == 0
-    assert "finished earlier" in capsys.readouterr().out and snapshot(d) == before
+@pytest.mark.parametrize("name", ["eval.json", "ckpt.pt", "config.json"])
+def test_json_outputs_never_name_a_runs_own_file(base, name):
+    """D8: theory_checks.py --json RUN/eval.json and bench.py --json RUN/ckpt.pt replaced a finished run's file.
+    Failed before its fix."""
+    target = str(base / name)
+    with pytest.raises(ValueError, match="run's own file"):
+        theory_checks.validate(cli.parse(theory_checks.Config, ["--json", target]))
+    with pytest.raises(ValueError, match="run's own file"):
+        bench.parse_args(["--json", target])
 
 
-def test_4_sweep_resume_with_another_task_is_refused(tmp_path):
-    d = tmp_path / "sweep"
-    assert train.cli(TINY + ["--seeds", "2", "--max_iters", "5", "--out_dir", str(d)]) == 0
-    before = snapshot(d)
-    assert train.cli(TINY + ["--seeds", "3", "--max_iters", "5", "--out_dir", str(d), "--resume",
-                             "--task", "parity_prefix", "--schedule", "rl"]) == 2
-    assert snapshot(d) == before
+def test_bench_refuses_to_measure_nothing_and_plot_needs_a_real_folder(base, tmp_path, capsys):
+    """U19: bench.py --only_stack --stacks '' measured nothing and exited 0; evaluate.py --plot /proc/x passed the
+    folder check and failed after the work. Failed before its fix."""
+    with pytest.raises(ValueError, match="--only_stack"):
+        bench.parse_args(["--only_stack", "--stacks", ""])
+    err = one_line(capsys, call(evaluate.cli, [str(base), "--plot", "/proc/x"]))
+    assert "--plot" in err and "/proc" in err
+    assert checks.creatable(str(tmp_path)) and os.listdir(tmp_path) == []  # the probe leaves nothing behind
 
 
-def test_5_a_second_process_on_the_same_run_directory_stops(base, tmp_path, capsys):
-    d = copy_run(base, tmp_path / "run")
-    os.remove(d / "eval.json")  # an unfinished run that --resume would continue
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom lab import files\nwith files.Lock(sys.argv[1]):\n"
-                               "    print('held', flush=True); time.sleep(60)", str(d)], cwd=ROOT, stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        assert train.cli(TINY + ["--out_dir", str(d), "--resume"]) == 2
-        assert str(holder.pid) in capsys.readouterr().err
-    finally:
-        holder.kill()
-        holder.wait()
-    assert train.cli(TINY + ["--out_dir", str(d), "--resume"]) == 0  # the holder is gone: a stale lock
-    assert not (d / ".lock").exists()
+def test_readouts_with_too_many_samples_are_refused_before_any_work(tmp_path, capsys):
+    """4E4: evaluate.py --readouts --samples 100000000 had no memory check. Failed before its fix.
+
+    No ckpt.pt here: the code before the fix went on to load_run and said "no checkpoint" (with a checkpoint
+    it would have drawn 3 x 10^8 samples per length), the memory check comes first."""
+    d = write_run(tmp_path / "run", synthetic_eval())
+    before = snapshot(tmp_path)
+    err = one_line(capsys, evaluate.cli([d, "--readouts", "--samples", "100000000"]))
+    assert "--samples 100000000" in err and "GiB" in err and d in err, err
+    assert snapshot(tmp_path) == before
+    err = one_line(capsys, evaluate.cli([d, "--readouts", "--fit_gate", "linear", "--samples", "100"]))
+    assert "no checkpoint" in err  # a sensible size passes the estimate
 
 
-def test_6_torn_log_line_and_temp_leftovers_do_not_block_resume(tmp_path, capsys):
-    d = tmp_path / "run"
-    ref = tmp_path / "ref"
-    assert train.cli(TINY + ["--out_dir", str(ref)]) == 0
-    assert train.cli(TINY + ["--out_dir", str(d), "--max_iters", "10"]) == 0
-    os.remove(d / "eval.json")
-    ck = torch.load(d / "ckpt.pt", weights_only=True)
-    ck["step"], ck["acc_stats"] = 5, {}
-    torch.save(ck, d / "ckpt.pt")  # pretend the run died right after the step-5 checkpoint ...
-    with open(d / "metrics.jsonl", "a") as f:
-        f.write('{"step": 15, "lo')  # ... with a write torn by a full disk
-    (d / "ckpt.pt.tmp99999").write_bytes(b"half")  # and a killed writer's temp file
-    lines = open(d / "metrics.jsonl").read().split("\n")
-    (d / "bad.jsonl").write_text("\n".join([lines[0], "garbage", lines[1]]))
-    assert train.cli(TINY + ["--out_dir", str(d), "--resume"]) == 0
-    assert not (d / "ckpt.pt.tmp99999").exists()
-    assert all(json.loads(l)["step"] <= 10 for l in open(d / "metrics.jsonl"))
-    from lab import rundir
-    with pytest.raises(ValueError, match="bad.jsonl, line 2"):  # a bad line in the middle names the file
-        rundir.log_lines(str(d / "bad.jsonl"), 10)
-
-
-def test_7_evaluate_writes_tables_only_where_asked(base, tmp_path, capsys):
-    d = copy_run(base, tmp_path / "run")
-    before = snapshot(d)
-    assert evaluate.cli([str(d), str(d)]) == 0
-    assert "| dyck | window w=5 | 1 |" in capsys.readouterr().out and snapshot(d) == before
-    assert not any(".tmp" in f for f in os.listdir(d))
-
-
-def test_8_a_run_given_twice_counts_once_and_mixed_grids_are_refused(base, tmp_path, capsys):
-    d = copy_run(base, tmp_path / "a" / "run")
-    assert evaluate.cli([str(tmp_path / "a"), str(d), str(d)]) == 0
-    assert "| dyck | window w=5 | 1 |" in capsys.readouterr().out  # one seed, not three
-    other = tmp_path / "a" / "other"
-    copy_run(base, other)
-    e = json.load(open(other / "eval.json"))
-    e["lengths"], e["seed"] = [5, 19, 20, 30], 1
-    (other / "eval.json").write_text(json.dumps(e))
-    assert evaluate.cli([str(tmp_path / "a")]) == 2
-    assert "different grids" in capsys.readouterr().err
-
-
-# --- failures during a run ------------------------------------------------------------------------------
-
-def test_nan_weights_are_never_checkpointed(tmp_path, monkeypatch, capsys):
-    real = train.lr_at
-    monkeypatch.setattr(train, "lr_at", lambda cfg, it: float("nan") if it == bad_step[0] - 1 else real(cfg, it))
-    bad_step = [7]  # the update of step 7 turns the weights NaN; its loss was still finite
-    d = tmp_path / "run"
-    assert train.cli(TINY + ["--out_dir", str(d), "--ckpt_interval", "1"]) == 1
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "non-finite weights at step 7" in err and "step 6 at" in err
-    ck = torch.load(d / "ckpt.pt", weights_only=True)
-    assert ck["step"] == 6 and all(torch.isfinite(v).all() for v in ck["model"].values())
-    bad_step[0] = 3  # before the first checkpoint (every 5 steps): the message says there is none
-    assert train.cli(TINY + ["--out_dir", str(tmp_path / "run2")]) == 1
-    assert "no checkpoint was written yet" in capsys.readouterr().err
-
+# --- Ctrl-C: one line and exit 130, from `import torch` to the training loop -------------------------------------
 
 def test_ctrl_c_is_one_line_exit_130_and_resume_continues(tmp_path, monkeypatch, capsys):
     d = tmp_path / "run"
@@ -381,20 +280,6 @@ def test_ctrl_c_is_one_line_exit_130_and_resume_continues(tmp_path, monkeypatch,
     assert len(err.strip().splitlines()) == 1 and "--resume" in err and "after step 7" in err and "step 5 at" in err
     monkeypatch.setattr(train, "train_batch", real)
     assert train.cli(TINY + ["--out_dir", str(d), "--resume"]) == 0
-
-
-def test_resume_of_a_run_killed_before_its_first_checkpoint_restarts(tmp_path, capsys):
-    for sweep in (False, True):
-        d = tmp_path / f"run{sweep}"
-        run_dir = d / "seed0" if sweep else d
-        run_dir.mkdir(parents=True)
-        cfg = train.parse_args(TINY + ["--out_dir", str(run_dir)])
-        (run_dir / "config.json").write_text(json.dumps(__import__("dataclasses").asdict(cfg)))
-        (run_dir / "metrics.jsonl").write_text("")
-        extra = ["--seeds", "1"] if not sweep else ["--seeds", "2"]
-        assert train.cli(TINY + ["--out_dir", str(d), "--resume", *extra]) == 0
-        assert "started from scratch" in capsys.readouterr().out
-        assert (run_dir / "eval.json").exists()
 
 
 def test_sigint_from_the_shell(tmp_path):
@@ -416,36 +301,118 @@ def test_sigint_from_the_shell(tmp_path):
     assert p.returncode == 130 and len(err.strip().splitlines()) == 1 and "interrupted" in err, err[-2000:]
 
 
-def test_ctrl_c_during_a_write_lands_after_it(tmp_path):
-    """A Ctrl-C inside a checkpoint write used to cut torch.save, whose zip writer then raised a RuntimeError
-    (a traceback, exit 1): the write now finishes and the KeyboardInterrupt follows."""
+def test_ctrl_c_during_start_up_and_pressed_twice(tmp_path, monkeypatch, capsys):
+    """3T4: a Ctrl-C during start-up (outside the training loop it printed "train.py: " and nothing more), and a
+    Ctrl-C pressed twice. Failed before its fix."""
+    real_validate = checks.validate
+    monkeypatch.setattr(checks, "validate", lambda cfg: (_ for _ in ()).throw(KeyboardInterrupt))
+    err = one_line(capsys, train.cli(TINY + ["--out_dir", str(tmp_path / "a")]), 130)
+    assert err.strip() == "train.py: interrupted"
+    monkeypatch.setattr(checks, "validate", real_validate)
+    real_batch, real_good, calls = train.train_batch, checkpoint.last_good, {"n": 0}
+
+    def interrupted(*a):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return real_batch(*a)
+
+    def second_ctrl_c(path):  # the second Ctrl-C arrives while the first is being reported
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(10_000))  # bytecodes for a handler to run on
+        return real_good(path)
+
+    monkeypatch.setattr(train, "train_batch", interrupted)
+    monkeypatch.setattr(checkpoint, "last_good", second_ctrl_c)
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        def write(f):
-            f.write(b"first half, ")
+        err = one_line(capsys, train.cli(TINY + ["--out_dir", str(tmp_path / "b")]), 130)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert "interrupted after step 7" in err and "--resume" in err
+
+
+SIGINT_DEFAULT = dict(preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's foreground job
+
+
+# Runs SCRIPT as the command (__main__) and sends itself SIGINT from inside `import torch` (when torch's
+# __init__ imports its first submodule): the Ctrl-C of a user who gives up while the command starts.
+CTRL_C_IN_IMPORT = """
+import os, runpy, signal, sys
+class CtrlC:
+    sent = False
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("torch.") and not CtrlC.sent:
+            CtrlC.sent = True
             os.kill(os.getpid(), signal.SIGINT)
-            sum(range(10_000))  # bytecodes for the handler to run on
-            f.write(b"second half")
-        with pytest.raises(KeyboardInterrupt):
-            atomic_write(str(tmp_path / "ckpt.pt"), write)
-        assert (tmp_path / "ckpt.pt").read_bytes() == b"first half, second half"
-        assert os.listdir(tmp_path) == ["ckpt.pt"]
+        return None
+sys.meta_path.insert(0, CtrlC())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+print("not interrupted", file=sys.stderr)
+"""
+
+
+# argv: bad input, so that a command the Ctrl-C missed would stop at once and write nothing
+@pytest.mark.parametrize("script, argv, pending", [
+    ("evaluate.py", ["/nonexistent/run"], False), ("theory_checks.py", ["--w", "-1"], False),
+    # PENDING: train.py and bench.py are not this round's files; their cases run once their first line is
+    # `from lab.cli import ctrl_c_at_start; ctrl_c_at_start(__name__, "train.py")` (bench.py likewise), skipped till then
+    ("train.py", ["--lr", "-1"], True), ("bench.py", ["--quick", "--w", "-1"], True)])
+def test_ctrl_c_while_torch_is_imported_is_one_line_and_exit_130(script, argv, pending):
+    """4E5: a Ctrl-C during import torch printed a traceback. Failed before its fix."""
+    if pending and "ctrl_c_at_start(__name__" not in open(os.path.join(ROOT, script)).read():
+        pytest.skip(f"PENDING: {script} does not call lab.cli.ctrl_c_at_start before importing torch yet")
+    r = subprocess.run([sys.executable, "-c", CTRL_C_IN_IMPORT, script, *argv], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, **SIGINT_DEFAULT)
+    assert r.returncode == 130 and r.stderr == f"{script}: interrupted\n" and not r.stdout, r
+
+
+@pytest.mark.smoke
+def test_the_start_handler_is_only_for_the_command_and_run_hands_ctrl_c_back(monkeypatch):
+    """4E5, the handler's limits.
+
+    Imported (a test, bench.py importing train.py) nothing changes; run() restores Python's KeyboardInterrupt
+    (what the training loop's Ctrl-C message and ctrl_c_after rely on)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        cli.ctrl_c_at_start("evaluate", "evaluate.py")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job: left ignored
+        cli.ctrl_c_at_start("__main__", "evaluate.py")
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        cli.ctrl_c_at_start("__main__", "evaluate.py")
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        seen = []
+        assert cli.run(lambda argv: seen.append(signal.getsignal(signal.SIGINT)), "evaluate.py", []) == 0
+        assert seen == [signal.default_int_handler]
     finally:
         signal.signal(signal.SIGINT, old)
 
 
-def test_a_run_from_before_a_new_setting_still_resumes_and_groups(base, tmp_path, capsys):
-    """A setting added to train.py later (off by default) must not make older runs foreign."""
-    d = copy_run(base, tmp_path / "old")
-    for f in ("config.json", "eval.json"):
-        saved = json.load(open(d / f))
-        (saved.get("config", saved)).pop("bptt_k")
-        (d / f).write_text(json.dumps(saved))
-    assert train.cli(TINY + ["--out_dir", str(d), "--resume"]) == 0  # finished: reported again
-    assert "finished earlier" in capsys.readouterr().out
-    new = copy_run(base, tmp_path / "new")
-    e = json.load(open(new / "eval.json"))
-    e["seed"] = e["config"]["seed"] = 1  # another seed of the same experiment (one seed twice is refused)
-    (new / "eval.json").write_text(json.dumps(e))
-    assert evaluate.cli([str(tmp_path / "old"), str(tmp_path / "new")]) == 0
-    assert "| dyck | window w=5 | 2 |" in capsys.readouterr().out  # one row of two runs
+# --- what a command prints: paths any stdout can encode, one rank's line --------------------------------------------
+
+def test_a_run_path_stdout_cannot_encode_is_printed_escaped(tmp_path):
+    """4E6: PYTHONIOENCODING=ascii with a non-ASCII run path was reported as bad input. Failed before its fix."""
+    d = write_run(tmp_path / "r\u00fcn-\u00f8", synthetic_eval())
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    r = subprocess.run([sys.executable, "evaluate.py", d], cwd=ROOT, capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and not r.stderr, r
+    assert "r\\xfcn-\\xf8" in r.stdout and "| dyck | window w=5 | 1 |" in r.stdout
+    # train.py prints the run path too (through the same lab.cli.run)
+    out = tmp_path / "tr\u00e4in"
+    r = subprocess.run([sys.executable, "train.py", *TINY, "--out_dir", str(out)], cwd=ROOT, capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "codec" not in r.stderr, r.stderr[-2000:]
+    assert "tr\\xe4in" in r.stdout and (out / "eval.json").exists()
+
+
+@pytest.mark.smoke
+def test_under_torchrun_bad_input_is_printed_once(monkeypatch, capsys):
+    """3T5: under torchrun every rank printed the bad-input line (now rank 0 alone). Failed before its fix."""
+    for rank, lines in (("1", 0), ("0", 1)):
+        monkeypatch.setenv("RANK", rank)
+        assert train.cli(["--lr", "-1"]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == lines, rank

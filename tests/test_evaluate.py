@@ -1,10 +1,13 @@
-"""The evaluation suite: metrics with known answers (val-K, shortcuts, hard subset), multi-run tables on
-synthetic eval.json files (grouping, labels, Std, Front@90, significance lines), the published rows, the
-command line's errors, loading a run, readouts of a frozen model, plots."""
+"""evaluate.py and what it reads into tables (metrics.py, lab/tables.py): metrics with known answers (exact match, the
+one-pass acc[n][K], val-K, shortcuts, hard subset), multi-run tables on synthetic eval.json files (grouping, row keys,
+labels, Std, Front@90, significance lines), the published rows, the command line's errors and what it writes,
+loading a run, readouts of a frozen model and the readouts.json tied to it, plots. A test of a reliability case
+names it (docs/reliability.md)."""
 
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -13,9 +16,13 @@ import torch
 
 import config
 import evaluate
+from halting import make_schedule
 import metrics
-from tasks import eval_set, get_task
+from model import LoopedTransformer, ModelConfig
+from tasks import IGNORE, eval_set, get_task
 from lab import records, tables
+
+from conftest import call, copy_files, copy_run, one_line, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTHS, N_MAX = [10, 20, 30, 40], 19
@@ -52,6 +59,7 @@ def known_runs():
 
 # --- metrics of one run ------------------------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_val_k_chooses_on_validation_and_reports_test():
     m = synthetic_eval(0, [1.0, 0.8, 0.6])["metrics"]
     assert m["oracle_ood"] == pytest.approx(80.0) and m["val_k"] == [1, 1, 1, 1]  # ties -> the smallest K
@@ -61,6 +69,7 @@ def test_val_k_chooses_on_validation_and_reports_test():
     assert m["id_k_ood"] == pytest.approx(40.0)
 
 
+@pytest.mark.smoke
 def test_shortcuts_on_known_sets():
     task = get_task("multiplication")
     sets = eval_set(task, [3, 4], 64, seed=5)
@@ -163,8 +172,77 @@ def test_the_report_says_what_the_loop_adds():
     assert "depth use: scored at one fixed depth (K = 15), no loop to measure" in metrics.format_run(one)
 
 
+class Oracle(torch.nn.Module):
+    """A fake model: at depth K sample b predicts every scored position right iff K is in good[b], and
+    predicts a constant at unscored positions (which exact match must ignore)."""
+
+    def __init__(self, y, good, V):
+        super().__init__()
+        self.y, self.good, self.V = y, good, V
+
+    def forward(self, x, n_steps, keep_hidden=False):
+        scored = self.y != IGNORE
+        right = torch.where(scored, self.y, 1)  # (B, T)
+        wrong = torch.where(scored, right % (self.V - 1) + 1, 1)  # another token at scored positions
+        tok = torch.stack([torch.stack([right[b] if k + 1 in g else wrong[b] for b, g in enumerate(self.good)])
+                           for k in range(n_steps)])  # (K, B, T)
+        return torch.nn.functional.one_hot(tok, self.V).float(), None
+
+
+@pytest.mark.smoke
+def test_exact_match_counts_only_scored_positions_and_metrics():
+    task = get_task("copy")
+    sets = eval_set(task, [3, 20], 4, seed=0)
+    # sample b of each length is correct at depths good[b]
+    good = [{1}, {2, 3}, {3}, set()]
+    fixed = make_schedule("fixed", c=3)
+    out = {}
+    for n, (x, y, _, Tn) in sets.items():
+        m = Oracle(y, good, len(task.vocab))
+        exact, _, depth = metrics.trajectory_correct(m, fixed, x, y, Tn, 4)
+        assert exact.tolist() == [[k + 1 in g for g in good] for k in range(4)]
+        out[n] = exact
+    e = metrics.evaluate(Oracle(sets[20][1], good, len(task.vocab)), fixed, task, {20: sets[20]}, {20: sets[20]}, 4,
+                          n_max=19)
+    assert e["acc"] == [[0.25, 0.25, 0.5, 0.0]]
+    m = e["metrics"]
+    assert m["oracle_ood"] == 50.0 and m["policy_ood"] == 50.0 and m["gap"] == 0.0  # K=3 is the best
+    assert m["per_sample_oracle_ood"] == 75.0 and m["front90"] is None
+
+
+def test_one_pass_matrix_equals_one_pass_per_K():
+    task = get_task("dyck")
+    torch.manual_seed(0)
+    model = LoopedTransformer(ModelConfig(vocab_size=len(task.vocab), d_model=16, n_head=2, n_layer=1))
+    sets = eval_set(task, [4, 9], 16, seed=3)
+    sched = make_schedule("window", w=2)
+    e = metrics.evaluate(model, sched, task, sets, sets, 6, n_max=5)
+    for i, n in enumerate(e["lengths"]):
+        x, y, _, _ = sets[n]
+        for K in range(1, 7):
+            pred = model(x, K)[-1].argmax(-1)
+            exact = ((pred == y) | (y == IGNORE)).all(-1).float().mean().item()
+            assert e["acc"][i][K - 1] == pytest.approx(exact)
+
+
+def test_front90_and_table_row():
+    assert metrics.front90([20, 25, 30], [0.95, 0.91, 0.5]) == 25
+    assert metrics.front90([20, 25, 30], [0.8, 0.95, 0.95]) is None
+    lengths = [10, 20, 25]
+    mk = lambda seed, orc, pol: {"task": "t", "schedule": "s", "seed": seed, "n_max": 19, "lengths": lengths,
+                                 "metrics": {"oracle": orc, "oracle_ood": 100 * sum(orc[1:]) / 2,
+                                             "policy_ood": pol, "policy_id": 100.0, "gap": 100 * sum(orc[1:]) / 2 - pol,
+                                             "policy_depth_ood": 20.0, "flip_rate": 0.1}}
+    r = tables.table_row([mk(0, [1, 1.0, 0.8], 80.0), mk(1, [1, 0.9, 0.7], 70.0)])
+    # per-seed Oracle OOD 90 and 80: mean 85, sample std sqrt(50) = 7.07 pp
+    assert r["oracle_ood"] == pytest.approx(85.0) and r["std"] == pytest.approx(50 ** 0.5)
+    assert r["gap"] == pytest.approx(10.0) and r["seeds"] == 2
+    assert r["front90"] == 20  # seed-mean oracle curve: 0.95 at 20, 0.75 at 25
+
+
 # --- tables over seeds ------------------------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_table_std_and_front90_on_known_runs():
     md, rows = tables.table(tables.group_runs(known_runs()))
     rows = {r["setting"]: r for r in rows}
@@ -263,6 +341,48 @@ def test_paper_rows_beside_ours():
     assert len(tables.paper_rows()) == 23
 
 
+def fake(seed, eps, j, ood):
+    return {"task": "dyck", "schedule": "fixed", "seed": seed, "n_max": 6, "lengths": [3, 8], "run_dir": f"s{seed}e{eps}r{j}",
+            "config": {"perturb": eps, "perturb_seed": j, "seed": seed}, "metrics": {"oracle_ood": ood, "oracle": [100.0, ood]}}
+
+
+@pytest.mark.smoke
+def test_perturb_eps_is_part_of_a_rows_key():
+    """S17 (round five), revised by issue 68: a rounding-sized --perturb (at most tables.REPLICATE_EPS) is a
+    replicate of its seed's plain run, as --perturb_seed is, so the plain and nudged runs share one row; a larger EPS
+    starts elsewhere and is another row, labelled by it."""
+    plain = [fake(0, 0.0, 0, 10.0), fake(1, 0.0, 0, 20.0)]
+    small = [fake(0, 1e-6, j, 10.0 + j) for j in (1, 2)]
+    large = [fake(0, 1e-3, j, 12.0 + j) for j in (1, 2)]
+    groups = tables.group_runs(plain + small + large)
+    assert sorted(len(g) for g in groups.values()) == [2, 4]
+    assert {label for _, label in groups} == {"fixed c=20 perturb=0", "fixed c=20 perturb=0.001"}
+    assert len({tables.run_key(e) for e in small}) == 1  # perturb_seed stays the replicate, not the key
+
+
+def test_a_copied_run_is_refused_not_counted_twice(base, tmp_path, capsys):
+    """3Sa: cp -r run run.bak counted one seed twice. Failed before its fix."""
+    copy_run(base, tmp_path / "rows" / "run")
+    copy_run(base, tmp_path / "rows" / "run.bak")  # cp -r run run.bak
+    err = one_line(capsys, evaluate.cli([str(tmp_path / "rows")]))
+    assert "seed 0 appears 2 times" in err
+
+
+def test_a_run_given_twice_counts_once_and_mixed_grids_are_refused(base, tmp_path, capsys):
+    """2D8 (round two, issue 16): evaluate.py counted a run twice when given a folder twice, or a folder and its
+    subfolder."""
+    d = copy_files(base, tmp_path / "a" / "run")
+    assert evaluate.cli([str(tmp_path / "a"), str(d), str(d)]) == 0
+    assert "| dyck | window w=5 | 1 |" in capsys.readouterr().out  # one seed, not three
+    other = tmp_path / "a" / "other"
+    copy_files(base, other)
+    e = json.load(open(other / "eval.json"))
+    e["lengths"], e["seed"] = [5, 19, 20, 30], 1
+    (other / "eval.json").write_text(json.dumps(e))
+    assert evaluate.cli([str(tmp_path / "a")]) == 2
+    assert "different grids" in capsys.readouterr().err
+
+
 # --- the command line ---------------------------------------------------------------------------------
 
 def test_no_runs_is_a_one_line_error_with_exit_code_2(tmp_path):
@@ -347,3 +467,71 @@ def test_plots(tmp_path, capsys):
         assert name in out
     for path in [l.split("plot: ")[1] for l in out.splitlines() if l.startswith("plot: ")]:
         assert os.path.getsize(path) > 1000
+
+
+def test_evaluate_writes_tables_only_where_asked(base, tmp_path, capsys):
+    """2D7 (round two, issue 16): evaluate.py overwrote the committed results/table.md and table.json; tables go to
+    stdout, and to files only where asked."""
+    d = copy_files(base, tmp_path / "run")
+    before = snapshot(d)
+    assert evaluate.cli([str(d), str(d)]) == 0
+    assert "| dyck | window w=5 | 1 |" in capsys.readouterr().out and snapshot(d) == before
+    assert not any(".tmp" in f for f in os.listdir(d))
+
+
+def test_evaluate_out_never_overwrites_a_runs_own_files(base, tmp_path, capsys):
+    """3Dd: evaluate.py --out RUN/eval overwrote the run's eval.json (summary.json, config.json too). Failed before
+    its fix."""
+    d = copy_run(base, tmp_path / "run")
+    before = snapshot(d)
+    for prefix in ("eval", "summary", "config"):
+        assert evaluate.cli([str(d), "--out", str(d / prefix)]) == 2
+        assert "the name of a run's own file" in capsys.readouterr().err
+    assert snapshot(d) == before
+
+
+def test_evaluate_plot_creates_its_folder(base, tmp_path, capsys):
+    """3U6: evaluate.py --plot DIR refused a folder that did not exist. Failed before its fix."""
+    d = copy_run(base, tmp_path / "run")
+    assert evaluate.cli([str(d), "--plot", str(tmp_path / "new" / "plots")]) == 0
+    assert (tmp_path / "new" / "plots").is_dir()
+    capsys.readouterr()  # without matplotlib the first call said "--plot skipped" (one line, exit 0)
+    (tmp_path / "afile").write_text("x")
+    assert "not a writable folder" in one_line(capsys, evaluate.cli([str(d), "--plot", str(tmp_path / "afile" / "p")]))
+
+
+def test_readouts_on_a_run_and_its_copy_are_refused_before_any_readout(base, tmp_path, capsys):
+    """U17: evaluate.py RUN COPY --readouts wrote readouts.json into both, then refused the table. Failed before its
+    fix."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(base, a)
+    shutil.copytree(base, b)
+    before = snapshot(tmp_path)
+    err = one_line(capsys, call(evaluate.cli, [str(a), str(b), "--readouts", "--samples", "2"]))
+    assert "appears 2 times" in err and snapshot(tmp_path) == before  # unfixed: readouts.json in both
+
+
+def test_readouts_of_a_run_trained_again_since_are_refused(base, tmp_path, capsys, monkeypatch):
+    """S21: evaluate.py --readouts while train.py --overwrite replaced the run put the old weights' readouts.json
+    beside the new eval.json. Failed before its fix."""
+    d = tmp_path / "run"
+    shutil.copytree(base, d)
+    assert evaluate.cli([str(d), "--readouts", "--samples", "2"]) == 0
+    assert json.load(open(d / "readouts.json"))["tie"]["ckpt.pt"]
+    capsys.readouterr()
+    ck = torch.load(d / "ckpt.pt", weights_only=True)  # train.py --overwrite: another ckpt.pt, another eval.json
+    next(iter(ck["model"].values())).add_(1.0)
+    torch.save(ck, d / "ckpt.pt")
+    err = one_line(capsys, call(evaluate.cli, [str(d), "--plot", str(tmp_path / "plots")]))
+    assert "readouts.json" in err and "trained again" in err
+    # replaced while the readouts are computed: nothing written
+    os.remove(d / "readouts.json")
+    real = evaluate.readouts.readout_report
+
+    def replaced_meanwhile(*a, **k):
+        out = real(*a, **k)
+        (d / "eval.json").write_bytes((d / "eval.json").read_bytes() + b"\n")
+        return out
+    monkeypatch.setattr(evaluate.readouts, "readout_report", replaced_meanwhile)
+    err = one_line(capsys, call(evaluate.cli, [str(d), "--readouts", "--samples", "2"]))
+    assert "changed while" in err and not (d / "readouts.json").exists()
