@@ -15,7 +15,7 @@ RUN = os.path.join(ROOT, "results", "chaos", "dyck", "window", "seed100", "r0")
 
 
 @pytest.mark.parametrize("form", ["NEWDIR/", "NEWDIR/.", "NEWDIR/..", "OLDDIR/", "OLDDIR/."])
-def test_u20_an_output_path_that_names_a_folder_is_refused_before_the_work(tmp_path, capsys, form):
+def test_an_output_path_that_names_a_folder_is_refused_before_the_work(tmp_path, capsys, form):
     """J / U20 (issue 71): `--html NEWDIR/` (basename '') passed the up-front check and failed after the work
     ("cannot write NEWDIR/ (No such file or directory)", exit 1); `--out DIR/` wrote DIR/.md and DIR/.json. One
     helper (checks.file_target) splits an output path as the write will and refuses a folder's form up front:
@@ -37,7 +37,7 @@ def test_u20_an_output_path_that_names_a_folder_is_refused_before_the_work(tmp_p
         bench.parse_args(["--json", target])
 
 
-def test_u20_file_target_splits_a_path_as_the_write_resolves_it(tmp_path):
+def test_file_target_splits_a_path_as_the_write_resolves_it(tmp_path):
     """J / U20 (issue 71): the folder checked is the one the write uses, not a lexical normalisation of it
     (abspath folds 'link/..' to the folder beside the link, the OS follows the link first).
     Failed before its fix: AttributeError: module 'lab.checks' has no attribute 'file_target'."""

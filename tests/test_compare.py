@@ -193,7 +193,7 @@ def against_cli(new, ref, timeout=120):
                           text=True, timeout=timeout)
 
 
-def test_against_s22_refuses_a_reference_of_two_experiments(tmp_path):
+def test_against_refuses_a_reference_of_two_experiments(tmp_path):
     """S22: a reference of fixed and rl runs was pooled as one ensemble (a seed's fixed and rl runs "replicates")
     and the verdict printed, rc 0. Seen failing before the fix (CONSISTENT)."""
     (tmp_path / "ref").mkdir()
@@ -204,7 +204,7 @@ def test_against_s22_refuses_a_reference_of_two_experiments(tmp_path):
     assert "--against: 2 experiments (fixed c=20" in p.stderr and "rl" in p.stderr
 
 
-def test_against_s23_copies_of_the_references_runs_are_not_new_runs(tmp_path):
+def test_against_copies_of_the_references_runs_are_not_new_runs(tmp_path):
     """S23: `cp -r` copies of the reference's own runs passed as new runs (only realpaths were compared). Seen failing
     before the fix (CONSISTENT, rc 0)."""
     for k in (100, 101, 102):
@@ -214,7 +214,7 @@ def test_against_s23_copies_of_the_references_runs_are_not_new_runs(tmp_path):
     assert "has the seed, replicate and results of the reference's" in p.stderr and "its own reference" in p.stderr
 
 
-def test_against_s24_a_run_and_its_backup_are_not_two_replicates(tmp_path):
+def test_against_a_run_and_its_backup_are_not_two_replicates(tmp_path):
     """S24: a run and its `cp -r` backup counted as two replicates of its seed (the table of the same folder refuses
     it). Seen failing before the fix (a verdict, rc 0)."""
     shutil.copytree("results/chaos/dyck/threads2/window", tmp_path / "ref")
@@ -224,7 +224,7 @@ def test_against_s24_a_run_and_its_backup_are_not_two_replicates(tmp_path):
     assert "seed 100 appears 2 times" in p.stderr
 
 
-def test_against_h3_a_fifo_log_neither_hangs_nor_drops_the_loss_test_silently(tmp_path):
+def test_against_a_fifo_log_neither_hangs_nor_drops_the_loss_test_silently(tmp_path):
     """H3: --against opened metrics.jsonl with a plain open(): a FIFO hung it, and any unreadable log silently
     dropped that run from the final-loss test. Seen failing before the fix (killed by the timeout after 60 s)."""
     shutil.copytree("results/chaos/dyck/threads2/window", tmp_path / "new")
@@ -241,7 +241,7 @@ def test_against_h3_a_fifo_log_neither_hangs_nor_drops_the_loss_test_silently(tm
 
 # --- issue 71, group C: a run --against cannot read is named, never dropped -------------------------------------
 
-def test_against_s27_a_new_run_with_a_nan_metric_is_refused_by_name(tmp_path):
+def test_against_a_new_run_with_a_nan_metric_is_refused_by_name(tmp_path):
     """C / S27 (issue 71): a new run with oracle_ood NaN was dropped from the OOD tests without a word and the verdict
     printed (rc 0). The one reader refuses it: one line naming the run, the field and the value, exit 2.
     Failed before its fix: assert 0 == 2 (--against: CONSISTENT: new 5 runs against the reference's 50 runs)."""
@@ -255,7 +255,7 @@ def test_against_s27_a_new_run_with_a_nan_metric_is_refused_by_name(tmp_path):
     assert f"{path}: metrics 'oracle_ood' is NaN, not an accuracy in %" in p.stderr
 
 
-def test_against_s27_a_run_without_a_metric_is_named_and_counted(tmp_path):
+def test_against_a_run_without_a_metric_is_named_and_counted(tmp_path):
     """C / S27 (issue 71): a run whose metric is null (nothing tested there) left that metric's test without a word.
     It is named and counted now, beside the verdict.
     Failed before its fix: assert 'exit depth: 1 new run(s) without a value' in '--against: CONSISTENT: ...'."""

@@ -86,7 +86,7 @@ def test_an_ema_that_would_start_after_the_last_step_is_refused(tmp_path, capsys
         assert "--ema" in err and word in err and "--max_iters 10" in err and not d.exists(), err
     checks.validate(train.parse_args(TINY + ["--ema", "0.9", "--ema_start", "10"]))  # the last step
     # (--ema_start 11 without --ema, once accepted as "no EMA at all", is an unread flag since issue 71's S34:
-    # test_s33_s34_s35_a_flag_the_run_does_not_read_is_refused)
+    # test_a_flag_the_run_does_not_read_is_refused)
 
 
 @pytest.mark.smoke
@@ -173,7 +173,7 @@ UNREAD = {
 
 
 @pytest.mark.parametrize("case", list(UNREAD))
-def test_s33_s34_s35_a_flag_the_run_does_not_read_is_refused(tmp_path, capsys, case):
+def test_a_flag_the_run_does_not_read_is_refused(tmp_path, capsys, case):
     """H / S33-S35 (issue 71): "read" meant "in the constructor's keyword list": ponder, act and trm_halt accepted
     --no-active_set, --curriculum_every / --curriculum_start were taken without --curriculum and --ema_start without
     --ema, and the NTP baselines took --no-inject, --no-looped and --T_test, each training what the flag did not
@@ -194,7 +194,7 @@ def test_s33_s34_s35_a_flag_the_run_does_not_read_is_refused(tmp_path, capsys, c
     ["--schedule", "window", "--no-looped", "--no-inject", "--T_test", "40"], ["--task", "addition", "--schedule", "ntp"],
     ["--task", "copy", "--schedule", "ntp", "--T_max", "35"],  # its depth c = T_max, above the T_test it does not read
 ])
-def test_s33_s34_s35_every_flag_a_run_reads_stays_accepted(flags):
+def test_every_flag_a_run_reads_stays_accepted(flags):
     """H (issue 71): the refusals above refuse nothing a run reads (the red team's probe of 11 schedules x 47 flags
     found no legitimate combination refused; study/layout_check.py's cases run as they did). An NTP baseline's depth
     may now exceed T_test, which it does not read (before: "--T_test 30: must be >= T_max (35)", and --T_test was
@@ -203,7 +203,7 @@ def test_s33_s34_s35_every_flag_a_run_reads_stays_accepted(flags):
     checks.validate(train.parse_args(flags))
 
 
-def test_s33_the_study_scripts_name_no_unread_flag():
+def test_the_study_scripts_name_no_unread_flag():
     """H (issue 71): the declared commands of the layout check parse under the new rule (an NTP case without
     --T_test); schedule_table.py times --no-active_set only where the schedule reads it.
     Failed under the new rule before layout_check.command dropped --T_test for the NTP cases: AttributeError:

@@ -186,7 +186,7 @@ def on_stub(path: str, hash_: str) -> dict:
 
 
 @pytest.mark.skipif(NODE is None, reason="no node binary: the page's script is not run")
-def test_j1_hash_state_is_checked_against_the_allowed_values(tmp_path):
+def test_hash_state_is_checked_against_the_allowed_values(tmp_path):
     """K / J1 (issue 71): the page trusted its hash: `FILE#view=runs&m=...` put S.m into innerHTML (the red team's
     `<img src=x onerror=...>`), and a name any object inherits (m=constructor) passed the metric check and wrote
     `function Object() { [native code] }` into the page. Each value of the hash is now one the page allows, or its
@@ -222,7 +222,7 @@ def test_j1_hash_state_is_checked_against_the_allowed_values(tmp_path):
 
 
 @needs_browser
-def test_j1_a_hostile_hash_runs_no_script_in_a_browser(tmp_path):
+def test_a_hostile_hash_runs_no_script_in_a_browser(tmp_path):
     """K / J1 (issue 71): the red team's URL, opened in headless Chromium: no element of the hash in the page, the
     default metric shown, no script error. (Skipped without chromium; the stub-DOM test above runs with node.)"""
     path, _, _ = export(tmp_path, *COMMITTED)
@@ -232,7 +232,7 @@ def test_j1_a_hostile_hash_runs_no_script_in_a_browser(tmp_path):
     assert re.search(r"<option selected=\"\">oracle</option>", r.stdout)
 
 
-def test_s30_the_page_never_holds_nan(tmp_path):
+def test_the_page_never_holds_nan(tmp_path):
     """C / S30 (issue 71): acc[0][0] NaN gave a page whose data JSON.parse rejects (every view blank). load_eval
     refuses such a run (tests/test_records.py); the page's writer itself never writes NaN or Infinity either:
     one line naming the run, nothing written.

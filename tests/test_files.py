@@ -41,7 +41,7 @@ def held(tmp_path):
         holder.wait()
 
 
-def test_d9_no_output_flag_replaces_a_held_lock_or_a_temp_file(held, capsys):
+def test_no_output_flag_replaces_a_held_lock_or_a_temp_file(held, capsys):
     """E / D9 (issue 71): `evaluate.py RUN --html RUN/.lock`, `theory_checks.py --json RUN/.lock` and `bench.py
     --json RUN/.lock` replaced the lock another process held (the next --resume then trained the held run), and a
     write's temp name NAME.tmpPID was not guarded either. Now one rule (files.guarded) covers the lock and temp
@@ -63,7 +63,7 @@ def test_d9_no_output_flag_replaces_a_held_lock_or_a_temp_file(held, capsys):
     assert snapshot(d) == before and (d / ".lock").read_text().startswith(f"process {pid} ")
 
 
-def test_d9_atomic_write_itself_never_writes_a_lock_or_a_temp_name(tmp_path):
+def test_atomic_write_itself_never_writes_a_lock_or_a_temp_name(tmp_path):
     """E / D9 (issue 71): the writer inherits the rule too, for a caller that forgot the up-front check.
     Failed before its fix: Failed: DID NOT RAISE <class 'ValueError'>."""
     (tmp_path / ".lock").write_text("process 1 on elsewhere")

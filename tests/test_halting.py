@@ -543,7 +543,7 @@ def test_trm_halt_exit_rule_hand_case():
     assert s.policy(None, 8, hidden=hidden, mask=mask).tolist() == [4, 6, 8]  # sample 2 never: T_test
 
 
-def test_s33_a_setting_a_schedule_declares_unread_changes_nothing_bitwise():
+def test_a_setting_a_schedule_declares_unread_changes_nothing_bitwise():
     """H / S33 (issue 71): ponder, act and trm_halt took active_set through their base class and never read it
     (--no-active_set trained bitwise the plain run; evaluate.py then split one experiment into two rows). Each
     schedule now declares what its loss and policy never read (`unread`, which train.py refuses as flags): here

@@ -271,7 +271,7 @@ def bad_run(tmp_path, case) -> str:
 
 
 @pytest.mark.parametrize("case", list(BAD))
-def test_s27_s28_s30_a_number_off_its_scale_or_off_its_matrices_is_refused(tmp_path, capsys, case):
+def test_a_number_off_its_scale_or_off_its_matrices_is_refused(tmp_path, capsys, case):
     """C / S27, S28, S30 (issue 71): "a number" was any float. oracle_ood NaN was dropped from --against's tests
     unsaid, oracle_ood 250 and policy_id -40 were printed and compared, acc[0][0] NaN made a page JSON.parse
     rejects; and a run's summary was trusted over its own acc / hard_acc. The one reader (load_eval) now checks
@@ -291,7 +291,7 @@ def test_s27_s28_s30_a_number_off_its_scale_or_off_its_matrices_is_refused(tmp_p
     assert d in err and words in err and not page.exists()
 
 
-def test_s27_s28_s30_every_committed_run_keeps_loading():
+def test_every_committed_run_keeps_loading():
     """C (issue 71): the number check refuses no run of the committed studies (each of results/chaos, the depth
     study, the ladder: its summaries are those of its own matrices, its raw_metrics within their scales)."""
     runs = records.find_runs([os.path.join(ROOT, "results", d) for d in ("chaos", "depth", "ladder")])
