@@ -997,3 +997,52 @@ def snapshot(d):
         out.update({os.path.join(root, x): "folder" for x in dirs})
         out.update({os.path.join(root, f): open(os.path.join(root, f), "rb").read() for f in fs})
     return out
+
+
+@pytest.fixture
+def against_tree(tmp_path, monkeypatch):
+    """study/against.py on a scratch results folder: the committed ensembles read in place, the 10 w = 2 runs copied
+    (a test changes them), a results/README.md with its markers; compare.against stood in for by a constant verdict
+    (the slots and the writes are under test, not the statistics)."""
+    import types
+    from study import against
+    shutil.copytree(os.path.join(ROOT, "results", "against", "dyck", "window-w2"), tmp_path / "w2",
+                    ignore=shutil.ignore_patterns("ckpt.pt", ".lock"))
+    os.makedirs(tmp_path / "results" / "against")
+    (tmp_path / "results" / "README.md").write_text("notebook\n<!-- against:begin -->\nold\n<!-- against:end -->\n")
+    fake = types.SimpleNamespace(against=lambda new, ref: {"verdict": "consistent", "differ": [], "new": len(new),
+                                                           "ref": len(ref), "p": {}, "adjusted": {}})
+    monkeypatch.setattr(against, "compare", fake)
+    monkeypatch.setattr(against, "ROOT", str(tmp_path))
+    monkeypatch.setattr(against, "OUT", str(tmp_path / "results" / "against"))
+    monkeypatch.setattr(against, "CHANGED", str(tmp_path / "w2"))
+    return tmp_path
+
+
+def test_against_writes_its_record_and_its_block_as_a_set(against_tree, capsys):
+    """D10: study/against.py replaced results/against/against.json, then failed on results/README.md (the prose said
+    one count, the record another). Failed before its fix: against.json written before the error on README.md."""
+    from study import against
+    (against_tree / "results" / "README.md").write_text("notebook without the markers\n")
+    before = snapshot(against_tree / "results")
+    code = run_script(against)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "README.md" in err, (code, err)
+    assert snapshot(against_tree / "results") == before  # unfixed: against.json written
+
+
+@pytest.mark.parametrize("case", ["w5 in a w2 slot", "missing w2 run"])
+def test_against_checks_every_slot_before_it_writes(against_tree, capsys, case):
+    """S32: study/against.py used a w = 5 run sitting in a w = 2 slot, and a missing run, as they were, and flipped a
+    committed verdict. Failed before its fix: rc 0, the block and against.json written."""
+    from study import against
+    slot = against_tree / "w2" / "seed309"
+    shutil.rmtree(slot)
+    if case == "w5 in a w2 slot":
+        shutil.copytree(committed_slot("window", 109, 0), slot, ignore=shutil.ignore_patterns("ckpt.pt", ".lock"))
+    before = snapshot(against_tree / "results")
+    code = run_script(against)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "seed309" in err, (code, err)
+    assert ("w=5" in err) if case == "w5 in a w2 slot" else ("missing" in err)
+    assert snapshot(against_tree / "results") == before
