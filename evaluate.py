@@ -34,7 +34,7 @@ from tasks import PAD, eval_set, get_task, task_kwargs
 from lab import checks, compare, explorer, plots, tables
 from config import opt
 from lab.cli import parse, run
-from lab.files import atomic_write, load_json, write_json
+from lab.files import load_json, write_json, write_set
 from lab.records import find_runs, load_eval, load_run
 
 
@@ -236,8 +236,7 @@ def main(argv=None) -> int:
     md, rows = tables.table(groups, args.paper)
     print("\n" + md)
     if args.out:
-        atomic_write(f"{args.out}.md", lambda f: f.write((md + "\n").encode()))
-        write_json(f"{args.out}.json", {"rows": rows})
+        write_set({f"{args.out}.md": md + "\n", f"{args.out}.json": {"rows": rows}})  # both, or neither
     if args.plot:
         try:
             os.makedirs(args.plot, exist_ok=True)

@@ -4,6 +4,9 @@ Files the lab writes and reads, safely: every write is atomic, every JSON read b
     atomic_write(path, write)   the one way a file is written: a temp file beside it (temp_file), fsync, rename; a
                                 crash or a full disk leaves the old file or the new one, never half
     write_json(path, obj)       atomic_write of a JSON document
+    write_set({path: content})  the one way a multi-file output is written: every file rendered and every target
+                                checked before the first write, every temp file written before the first rename; a
+                                failure names the files already replaced (none, unless a rename itself fails)
     load_json(path)             the one way a JSON file is read: a regular file only (a FIFO is refused, not waited
                                 on), at most MAX_JSON bytes, UTF-8; read_json names the file in its error
     Lock(dir)                   an exclusive OS lock (fcntl.flock) on a run directory: a second process stops (exit 2);
@@ -68,29 +71,110 @@ def atomic_write(path: str, write) -> None:
     or the new one, never half, and no temp file; a Ctrl-C during the write takes effect once it is done. A
     symlink at `path` is replaced by the file (what it pointed to is not written). A failure is an OSError naming
     the file (cli.run: one line, exit 1). A lock or a temp file name (guarded) is never written: ValueError."""
-    name = os.path.basename(path)
-    if name == LOCK or TEMP.match(name):
-        raise ValueError(f"{path}: {guarded(path)}; nothing written")
     with ctrl_c_after():
-        tmp = None
+        tmp = staged(path, write)
         try:
-            f, tmp = temp_file(path)
-            with f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as err:  # one line naming the file (and its errno kept for a caller that tests it)
-            failed = OSError(f"cannot write {path} ({err.strerror or err}); the file there, if any, is unchanged")
-            failed.errno = err.errno
-            raise failed from None
+            publish(path, tmp)
         finally:
-            if tmp is not None and os.path.lexists(tmp):  # a failed write (full disk) leaves no temp file behind
+            if os.path.lexists(tmp):
                 os.remove(tmp)
 
 
+def cannot_write(path: str, err: OSError) -> OSError:
+    """One line naming the file (its errno kept for a caller that tests it)."""
+    failed = OSError(f"cannot write {path} ({err.strerror or err}); the file there, if any, is unchanged")
+    failed.errno = err.errno
+    return failed
+
+
+def staged(path: str, write) -> str:
+    """The temp file of an atomic write of `path` (temp_file), written by write(f) and fsynced; its name. A failure
+    (a full disk) leaves no temp file: an OSError naming path. A lock or a temp file name is refused (ValueError)."""
+    name = os.path.basename(path)
+    if name == LOCK or TEMP.match(name):
+        raise ValueError(f"{path}: {guarded(path)}; nothing written")
+    tmp = None
+    try:
+        f, tmp = temp_file(path)
+        with f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+    except BaseException as err:
+        if tmp is not None and os.path.lexists(tmp):  # a failed write (full disk) leaves no temp file behind
+            os.remove(tmp)
+        if isinstance(err, OSError):
+            raise cannot_write(path, err) from None
+        raise
+
+
+def publish(path: str, tmp: str) -> None:
+    """os.replace(tmp, path), a failure as one line naming path."""
+    try:
+        os.replace(tmp, path)
+    except OSError as err:
+        raise cannot_write(path, err) from None
+
+
+def json_bytes(obj) -> bytes:
+    """A JSON document as the project writes it (write_json)."""
+    return (json.dumps(obj, indent=1) + "\n").encode()
+
+
 def write_json(path: str, obj) -> None:
-    atomic_write(path, lambda f: f.write((json.dumps(obj, indent=1) + "\n").encode()))
+    atomic_write(path, lambda f: f.write(json_bytes(obj)))
+
+
+def rendered(content) -> bytes:
+    """A file's bytes for write_set: bytes as they are, str as UTF-8, anything else as a JSON document."""
+    if isinstance(content, (bytes, bytearray)):
+        return bytes(content)
+    if isinstance(content, str):
+        return content.encode("utf-8")
+    return json_bytes(content)
+
+
+def check_target(path: str) -> None:
+    """Before the first write of a set: path can be written (not a lock or a temp name, not a folder, its folder
+    an existing folder we can create a file in); one line naming it otherwise (ValueError)."""
+    name, folder = os.path.basename(path), os.path.dirname(path) or os.curdir
+    why = ("" if name and name not in (".", "..") else "names a folder, not a file") or (
+        f"{guarded(path)}" if name == LOCK or TEMP.match(name) else "") or (
+        "is a folder" if os.path.isdir(path) else "") or (
+        f"its folder {folder} is missing" if not os.path.isdir(folder) else "") or (
+        f"its folder {folder} is not writable" if not os.access(folder, os.W_OK | os.X_OK) else "")
+    if why:
+        raise ValueError(f"cannot write {path}: {why}; nothing written")
+
+
+def write_set(files: dict) -> None:
+    """The one way a multi-file output is written ({path: bytes, str or a JSON object}), so its files never
+    disagree: every file rendered (rendered) and every target checked (check_target) before the first write, then
+    every temp file written and fsynced (staged: a full disk fails here, with nothing replaced) before the first
+    rename (publish). If a rename still fails, the error names the files already replaced. A Ctrl-C takes effect
+    once the set is written."""
+    data = {path: rendered(content) for path, content in files.items()}
+    for path in data:
+        check_target(path)
+    with ctrl_c_after():
+        temps = {}
+        try:
+            for path, b in data.items():
+                temps[path] = staged(path, lambda f, b=b: f.write(b))
+            done = []
+            for path, tmp in temps.items():
+                try:
+                    publish(path, tmp)
+                except OSError as err:
+                    if done:
+                        err = OSError(f"{err}; already replaced: {', '.join(done)} (write the set again)")
+                    raise err from None
+                done.append(path)
+        finally:
+            for tmp in temps.values():
+                if os.path.lexists(tmp):
+                    os.remove(tmp)
 
 
 # the largest JSON file the project reads (eval.json of a long grid is ~1 MB; a metrics line far less)

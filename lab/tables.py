@@ -217,14 +217,22 @@ def table(groups: dict, paper: bool = False):
     return "\n".join(lines), rows
 
 
-def splice(path: str, tag: str, lines: list[str]) -> None:
-    """Replace the text between `<!-- tag:begin -->` and `<!-- tag:end -->` of a Markdown file by lines, atomically
-    (files.atomic_write: a full disk leaves the file as it was, never cut short)."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+def spliced(path: str, tag: str, lines: list[str], text: str = None) -> str:
+    """The text of the Markdown file at path (or `text`, that file's text as another splice left it) with the lines
+    between `<!-- tag:begin -->` and `<!-- tag:end -->` replaced by lines; nothing written (files.write_set writes a
+    set of such texts together). Missing markers: one line naming the file (ValueError)."""
+    if text is None:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
     if begin not in text or end not in text:
         raise ValueError(f"{path}: markers {begin} / {end} not found")
     head, rest = text.split(begin, 1)
-    new = head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1]
+    return head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1]
+
+
+def splice(path: str, tag: str, lines: list[str]) -> None:
+    """Replace the text between `<!-- tag:begin -->` and `<!-- tag:end -->` of a Markdown file by lines, atomically
+    (files.atomic_write: a full disk leaves the file as it was, never cut short)."""
+    new = spliced(path, tag, lines)
     atomic_write(path, lambda f: f.write(new.encode("utf-8")))

@@ -41,7 +41,8 @@ if __package__ in (None, ""):
 
 from lab import compare, records, stats, tables  # noqa: E402
 from lab.cli import run  # noqa: E402
-from lab.files import read_json, write_json  # noqa: E402
+from lab.files import read_json, write_json, write_set  # noqa: E402
+from study import chaos as perturbation  # noqa: E402  (the perturbation study's slots and their check)
 
 CHAOS = os.path.join(ROOT, "results", "chaos", "dyck")
 STUDY = os.path.join(ROOT, "results", "study", "dyck")
@@ -53,10 +54,45 @@ DESIGNS = {"a": "held-out runs of the same seeds (1 run of each of 5 seeds vs th
            "b": "fresh seeds, one run each (5 of round two's 16 vs the row's 50)",
            "c": "whole clusters (5 seeds x 5 runs vs the other 5 seeds' 25)"}
 PER_ROW, DRAWS = 70, 100
+FRESH = range(0, 16)  # round two's dyck seeds a row (results/study/dyck/ROW/seedK, one run each)
+CHANGED_SEEDS, CHANGED_FLAGS = range(300, 310), "--schedule window --w 2"  # study/against.sh's 10 runs
 
 
 def load(path: str) -> list:
     return [records.load_eval(d) for d in records.find_runs([path])]
+
+
+def checked(path: str, slots: dict, extra_ok: bool = False) -> list:
+    """The runs under path (in find_runs order), each the declared run of its slot, as study/chaos.py checks its
+    own (perturbation.declared_run): slots {run folder: (seed, FLAGS, threads; None: not checked)}. A missing slot
+    refuses (one line naming it), and so does a run outside the slots unless extra_ok; nothing is written."""
+    runs = load(path) if os.path.isdir(path) else []
+    have = {os.path.normpath(e["run_dir"]): e for e in runs}
+    if missing := [d for d in slots if os.path.normpath(d) not in have]:
+        raise ValueError(f"{os.path.relpath(path, ROOT)}: {len(missing)} of its {len(slots)} declared runs missing ("
+                         + ", ".join(os.path.relpath(d, path) for d in missing) + "); study/against.py reads every one: "
+                         "train them first")
+    if not extra_ok and (extra := sorted(set(have) - {os.path.normpath(d) for d in slots})):
+        raise ValueError(f"{os.path.relpath(path, ROOT)}: runs outside its declared slots ("
+                         + ", ".join(os.path.relpath(d, path) for d in extra) + "); move them away")
+    for d, (k, fl, threads) in slots.items():
+        perturbation.declared_run(have[os.path.normpath(d)], d, k, fl, threads)
+    return runs
+
+
+def declared_runs() -> tuple:
+    """(chaos, study, threads, changed): every run study/against.py reads, each slot checked (checked) before any
+    work: the perturbation study's 50 runs a row, round two's seeds 0-15 a row, the 15 two-thread twins, the 10
+    runs of window w = 2."""
+    chaos = {row: checked(os.path.join(CHAOS, row), {os.path.join(CHAOS, row, f"seed{k}", f"r{r}"): (k, perturbation.flags(row, r), 1)
+                                                    for k in perturbation.SEEDS for r in perturbation.REPS}) for row in ROWS}
+    study = {row: checked(os.path.join(STUDY, row), {os.path.join(STUDY, row, f"seed{k}"): (k, perturbation.ROWS[row], None)
+                                                    for k in FRESH}, extra_ok=True) for row in ROWS}
+    threads = {row: checked(os.path.join(CHAOS, "threads2", row), {os.path.join(CHAOS, "threads2", row, f"seed{k}"):
+                                                                   (k, perturbation.flags(row, 0), 2) for k in perturbation.SECONDARY})
+               for row in ROWS}
+    changed = checked(CHANGED, {os.path.join(CHANGED, f"seed{k}"): (k, CHANGED_FLAGS, 1) for k in CHANGED_SEEDS})
+    return chaos, study, threads, changed
 
 
 def rel(e: dict) -> str:
@@ -222,12 +258,7 @@ def six(chaos: dict, threads: dict, changed: list) -> list:
 def main(argv) -> None:
     if argv not in ([], ["--before"]):
         raise ValueError(f"unknown arguments {' '.join(argv)} (study/against.py takes none, or --before)")
-    chaos = {row: load(os.path.join(CHAOS, row)) for row in ROWS}
-    study = {row: load(os.path.join(STUDY, row)) for row in ROWS}
-    if any(len(chaos[r]) != 50 or len(by_seed(chaos[r])) != 10 for r in ROWS) or any(
-            len({e["seed"] for e in study[r] if 0 <= e["seed"] < 16}) != 16 for r in ROWS):
-        raise ValueError("study/against.py reads the complete perturbation study (50 runs of 10 seeds a row) and round "
-                         "two's 16 dyck seeds a row; some are missing")
+    chaos, study, threads, changed = declared_runs()  # every slot checked before any work or write
     splits = null_splits(chaos, study)
     before_path = os.path.join(OUT, "before.json")
     if argv == ["--before"]:
@@ -247,8 +278,6 @@ def main(argv) -> None:
     verdicts = judged(splits, compare.against)
     per_call = (time.time() - t0) / len(splits)
     after = summary(verdicts)
-    threads = {row: load(os.path.join(CHAOS, "threads2", row)) for row in ROWS}
-    changed = load(CHANGED) if os.path.isdir(CHANGED) else []
     pw, rows, flips = power(chaos, study, changed), six(chaos, threads, changed), flip_split(chaos)
     lines = ["False alarms: null splits of the committed ensembles, the same method on both sides (fixed, window and rl "
              f"alike, {PER_ROW} splits of each), each judged as `evaluate.py NEW --against REF` judges it:", "",
@@ -261,7 +290,8 @@ def main(argv) -> None:
                      + " / ".join(f"{r['differs']}" for r in a["rows"].values()) + f" of {PER_ROW} each |")
     lines.append(f"| all three | {after['all']['splits']} | {fmt_rate(before['all']) if before else '-'} | "
                  f"{fmt_rate(after['all'])} | |")
-    lines += ["", "Rates with their Clopper-Pearson 95% intervals. The splits reuse the same runs (150 and 48), so they "
+    lines += ["", f"Rates with their Clopper-Pearson 95% intervals. The splits reuse the same runs ({sum(map(len, chaos.values()))} and "
+              f"{sum(sum(e['seed'] in FRESH for e in v) for v in study.values())}), so they "
               "are not independent draws: these intervals understate the uncertainty. Before: the calibration on the "
               f"reference alone (`python study/against.py --before`, git show {BEFORE_COMMIT}:lab/compare.py; results/"
               "against/before.json)." if before else "", "",
@@ -270,7 +300,7 @@ def main(argv) -> None:
     for p in pw:
         lines.append(f"| {p['change']} | {p['runs']} | {p['design']} | {p['splits']} | {fmt_rate(p)} | "
                      + (", ".join(f"{t} {n}" for t, n in p["fired"].items()) or "-") + " |")
-    lines += ["", "With only 10 runs of w = 2 there is one set of 10 (the last row below): one verdict, not a power; "
+    lines += ["", f"With only {len(changed)} runs of w = 2 there is one set of {len(changed)} (the last row below): one verdict, not a power; "
               "the power at 10 runs for that change would need more w = 2 runs.", "",
               "Six sets of new runs:", "",
               "| new runs against the reference | expected | verdict | tests that differ |", "|---|---|---|---|"]
@@ -292,9 +322,10 @@ def main(argv) -> None:
               "(no difference found) but not for certain on flip rate."]
     lines += ["", f"Regenerated by `python study/against.py` (results/against/against.json; {per_call * 1000:.0f} ms a "
               "verdict here, one core)."]
-    write_json(os.path.join(OUT, "against.json"), {"false_alarms": after, "seconds_per_call": per_call,
-                                                   "verdicts": verdicts, "power": pw, "cases": rows, "flip_split": flips})
-    tables.splice(os.path.join(ROOT, "results", "README.md"), "against", lines)
+    notebook = os.path.join(ROOT, "results", "README.md")
+    write_set({os.path.join(OUT, "against.json"): {"false_alarms": after, "seconds_per_call": per_call, "verdicts": verdicts,
+                                                   "power": pw, "cases": rows, "flip_split": flips},
+               notebook: tables.spliced(notebook, "against", lines)})  # the record and its prose together, or neither
     print("\n".join(lines))
 
 

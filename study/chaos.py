@@ -131,12 +131,17 @@ def slot(d: str, k: int, fl: str, threads: int = 1):
     command's (train.py's recipe for dyck, seed k, the slot's FLAGS, --threads), or the study would count a run
     of another command; one line naming the slot and the differing settings otherwise."""
     e = load(d)
-    if e is None:
-        return None
-    want = train.parse_args(["--task", TASK, "--seed", str(k), "--seeds", "1", "--threads", str(threads),
-                             "--out_dir", d] + fl.split())
+    return None if e is None else declared_run(e, d, k, fl, threads)
+
+
+def declared_run(e: dict, d: str, k: int, fl: str, threads: int = 1) -> dict:
+    """e, the run read from slot d, if its recorded settings are the declared command's (train.py's recipe for
+    dyck, seed k, FLAGS fl, --threads unless threads is None); one line naming the slot and the differing settings
+    otherwise. The check of every slot a study script reads (slot; study/against.py)."""
+    want = train.parse_args(["--task", TASK, "--seed", str(k), "--seeds", "1", "--out_dir", d] + fl.split()
+                            + (["--threads", str(threads)] if threads is not None else []))
     diff = config.differences(e["config"], want)
-    if e["config"].get("threads") != threads:
+    if threads is not None and e["config"].get("threads") != threads:
         diff.append(f"threads={e['config'].get('threads')!r} (declared {threads})")
     if diff:
         raise ValueError(f"{os.path.relpath(d, ROOT)}: not the declared run of its slot (seed {k}, {fl}): "

@@ -23,6 +23,7 @@ cluster.
 6. what a seed's five runs are worth: N / (1 + (m - 1) ICC) fresh seeds
 """
 
+import io
 import json
 import math
 import os
@@ -41,12 +42,17 @@ if __package__ in (None, ""):  # run as `python study/findings.py`: the reposito
 import config  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
 from lab.cli import run  # noqa: E402
-from lab.files import atomic_write, read_json, write_json
+from lab.files import read_json, write_set  # noqa: E402
 from metrics import fmt  # noqa: E402
-from study import chaos  # noqa: E402
+from study import chaos, study  # noqa: E402
 
 ROWS = ("fixed", "window", "rl")
 HARD, ALL = "oracle_hard_ood", "oracle_ood"
+ROUND_TWO = range(0, 16)  # round two's dyck seeds a row (results/study/dyck/ROW, one run each): all are read
+# the keys of results/exclusions.json the README's Results read (study/exclusions.py writes them), checked first
+EXCLUSION_KEYS = (("spreads", "copy_gap", "window", "gap"), ("spreads", "copy_gap", "window", "gap_fixed"),
+                  ("spreads", "copy_gap", "paper", "window"), ("spreads", "copy_gap", "paper", "fixed"),
+                  ("declared", "gap_window_holm"))
 
 
 def easy_ood(e: dict) -> float:
@@ -87,13 +93,21 @@ def means(done: dict, row: str, key: str) -> dict:
 
 
 def round_two(row: str, key: str) -> dict:
-    """Round two's dyck rows (results/study/dyck, seeds 0-15, one run each), paired by seed, converged pairs."""
+    """Round two's dyck rows (results/study/dyck, seeds 0-15, one run each), paired by seed, converged pairs. A
+    row with a seed of ROUND_TWO missing is refused (one line): the prose counts all of them."""
     def load(r):
-        out = {}
-        for d in records.find_runs([os.path.join(ROOT, "results", "study", "dyck", r)]):
+        out, seen = {}, set()
+        folder = os.path.join(ROOT, "results", "study", "dyck", r)
+        for d in records.find_runs([folder]) if os.path.isdir(folder) else []:
             e = records.load_eval(d)
-            if 0 <= e["seed"] < 16 and chaos.converged(e):
-                out[e["seed"]] = value(e, key)
+            if e["seed"] in ROUND_TWO:
+                seen.add(e["seed"])
+                if chaos.converged(e):
+                    out[e["seed"]] = value(e, key)
+        if missing := sorted(set(ROUND_TWO) - seen):
+            raise ValueError(f"{os.path.relpath(folder, ROOT)}: round two's seeds {study.seed_ranges(missing)} missing; "
+                             f"these findings read all {len(ROUND_TWO)} ({ROUND_TWO[0]}-{ROUND_TWO[-1]}) a row: train them "
+                             f"(study/study.sh) before study/findings.py")
         return out
     a, b = load(row), load("fixed")
     d = np.array([a[s] - b[s] for s in sorted(set(a) & set(b))])
@@ -247,12 +261,12 @@ def lines(o: dict) -> list[str]:
         "Exploratory (none declared before its data); the unit is the seed, its five runs one cluster; the intervals of a mean difference invert the exact sign-flip test over seeds.",
         "",
         f"1. **At this scale the window scores lower than fixed depth on dyck, not higher.** Hard subset: window {w['mean']:.1f} vs fixed "
-        f"{w['fixed']:.1f}, difference {w['diff']:+.1f} [{w['lo']:+.1f}, {w['hi']:+.1f}], exact paired p {w['p']:.3f} (10 seeds); rl "
+        f"{w['fixed']:.1f}, difference {w['diff']:+.1f} [{w['lo']:+.1f}, {w['hi']:+.1f}], exact paired p {w['p']:.3f} ({w['seeds']} seeds); rl "
         f"{r['mean']:.1f} ({r['diff']:+.1f} [{r['lo']:+.1f}, {r['hi']:+.1f}], p {r['p']:.3f}). All samples (the paper's metric): window "
         f"{wa['mean']:.1f} vs {wa['fixed']:.1f} ({wa['diff']:+.1f} [{wa['lo']:+.1f}, {wa['hi']:+.1f}], p {wa['p']:.3f}), where the paper "
         f"has the window 3.6 points above fixed. The window is below fixed on {wa['below']} of {wa['seeds']} seeds (hard subset: "
         f"{w['below']}); a random window run scores below a random fixed run with probability {wa['p_run_below']:.2f} (all samples; "
-        f"{w['p_run_below']:.2f} hard). Round two's independent seeds 0-15 agree: hard {r2[f'window {HARD}']['diff']:+.1f} "
+        f"{w['p_run_below']:.2f} hard). Round two's independent seeds {ROUND_TWO[0]}-{ROUND_TWO[-1]} agree: hard {r2[f'window {HARD}']['diff']:+.1f} "
         f"[{r2[f'window {HARD}']['lo']:+.1f}, {r2[f'window {HARD}']['hi']:+.1f}], all samples {r2[f'window {ALL}']['diff']:+.1f} "
         f"[{r2[f'window {ALL}']['lo']:+.1f}, {r2[f'window {ALL}']['hi']:+.1f}] ({r2[f'window {ALL}']['pairs']} pairs); pooled over "
         f"{r2[f'window {HARD}']['pooled_seeds']} seeds {r2[f'window {HARD}']['pooled']:+.1f} [{r2[f'window {HARD}']['pooled_lo']:+.1f}, "
@@ -260,7 +274,7 @@ def lines(o: dict) -> list[str]:
         f"{r2[f'window {ALL}']['pooled_hi']:+.1f}] all. The ladder's rungs agree in direction (all samples, window vs fixed: "
         + ", ".join(f"{k} {fmt(v['window'])} vs {fmt(v['fixed'])}" for k, v in o["ladder"].items()) + ").",
         f"2. **The window also loses on the easy samples** (the complement of the hard subset, which counting solves): {we['mean']:.1f} vs "
-        f"{we['fixed']:.1f} ({we['diff']:+.1f} [{we['lo']:+.1f}, {we['hi']:+.1f}], p {we['p']:.3f}); {o['window_runs_below_counting']} of 50 "
+        f"{we['fixed']:.1f} ({we['diff']:+.1f} [{we['lo']:+.1f}, {we['hi']:+.1f}], p {we['p']:.3f}); {o['window_runs_below_counting']} of {len(chaos.SEEDS) * len(chaos.REPS)} "
         f"window runs score below counting's {o['counting_ood']:.1f} on all samples. The lower all-sample mean is not a statement about "
         f"the shortcut's ground alone.",
         f"3. **On the paper's metric the window spreads more than fixed**: Std over runs {s['std']:.1f} vs {s['std_fixed']:.1f}, ratio "
@@ -338,10 +352,29 @@ def depth_lines() -> list[str]:
             f"{rows_d['window']['oracle_hard_ood']:.1f}% (shortcut {rows_d['window']['shortcut_hard_ood']:.1f}%)."]
 
 
-def front(o: dict) -> list[str]:
+def exclusions_record() -> dict:
+    """results/exclusions.json, with every key the Results read (EXCLUSION_KEYS) checked to be a finite number:
+    one line naming the file and the key otherwise (ValueError), before anything is written."""
+    path = os.path.join(ROOT, "results", "exclusions.json")
+    ex = read_json(path)
+    for keys in EXCLUSION_KEYS:
+        v = ex
+        for i, k in enumerate(keys):
+            if not isinstance(v, dict) or k not in v:
+                raise ValueError(f"{path}: no key {'.'.join(keys[:i + 1])} (study/findings.py reads {'.'.join(keys)}); "
+                                 f"run python study/exclusions.py again")
+            v = v[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{path}: {'.'.join(keys)} is {v!r}, not a number; run python study/exclusions.py again")
+    return ex
+
+
+def front(o: dict, ex: dict = None) -> list[str]:
     """README.md's Results: each sentence names its metric and its data; every number from o and the committed
-    JSON records (results/exclusions.json, results/chaos/chaos.json, results/paper.json, results/depth/)."""
-    ex = read_json(os.path.join(ROOT, "results", "exclusions.json"))
+    JSON records (results/exclusions.json, results/chaos/chaos.json, results/paper.json, results/depth/), every
+    count from the design the data was checked against (chaos.SEEDS x chaos.REPS a row, ROUND_TWO)."""
+    ex = ex if ex is not None else exclusions_record()
+    seeds, reps, fresh = len(chaos.SEEDS), len(chaos.REPS), len(ROUND_TWO)
     icc = read_json(os.path.join(ROOT, "results", "chaos", "chaos.json"))["rows"]
     m, r2 = o["means"], o["round_two"]
     w, wa, r, ra = m[f"window {HARD}"], m[f"window {ALL}"], m[f"rl {HARD}"], m[f"rl {ALL}"]
@@ -350,8 +383,8 @@ def front(o: dict) -> list[str]:
     hard = {d["row"]: d for d in o["declared_intervals"] if d["variance"] == "total"}
     pd = paper_difference()
     return [
-        "What 150 runs of the default recipe say (dyck at d_model 64 and 800 steps, against the paper's 256 and 100k: "
-        "10 seeds x 5 runs each of fixed depth, the window and RL-Halting; a seed's five runs count as one), with 16 other "
+        f"What {len(ROWS) * seeds * reps} runs of the default recipe say (dyck at d_model 64 and 800 steps, against the paper's 256 and 100k: "
+        f"{seeds} seeds x {reps} runs each of fixed depth, the window and RL-Halting; a seed's five runs count as one), with {fresh} other "
         "seeds a row (round two's rows, one run each, some trained on a GPU) beside them. Oracle accuracy on OOD lengths "
         "throughout; differences are over seeds, with 95% intervals:",
         "",
@@ -359,9 +392,9 @@ def front(o: dict) -> list[str]:
         f"{w['fixed']:.1f}% (the best shortcut scores {o['shortcut_hard_ood']:.1f}%; difference {w['diff']:+.1f} points "
         f"[{w['lo']:+.1f}, {w['hi']:+.1f}]), and on all samples {wa['mean']:.1f}% against {wa['fixed']:.1f}% ({wa['diff']:+.1f} "
         f"[{wa['lo']:+.1f}, {wa['hi']:+.1f}]), where counting alone scores {o['counting_ood']:.1f}% and "
-        f"{o['window_runs_below_counting']} of the 50 window runs score below it. RL-Halting: {r['mean']:.1f}% hard subset, "
+        f"{o['window_runs_below_counting']} of the {seeds * reps} window runs score below it. RL-Halting: {r['mean']:.1f}% hard subset, "
         f"{ra['mean']:.1f}% all samples. The paper has the window {pd['diff']:+.1f} points above fixed on all samples, but at "
-        f"its {pd['seeds']} seeds that is [{pd['lo']:+.1f}, {pd['hi']:+.1f}], so ours does not contradict it. The 16 other seeds "
+        f"its {pd['seeds']} seeds that is [{pd['lo']:+.1f}, {pd['hi']:+.1f}], so ours does not contradict it. The {fresh} other seeds "
         f"agree in direction: {r2a['diff']:+.1f} [{r2a['lo']:+.1f}, {r2a['hi']:+.1f}] on all samples, {r2h['diff']:+.1f} "
         f"[{r2h['lo']:+.1f}, {r2h['hi']:+.1f}] (p {r2h['p']:.2f}) on the hard subset.",
         f"- **On all samples the window also spread more; on the hard subset it did not**: on all samples its runs' Std was "
@@ -397,8 +430,8 @@ def span(o: dict) -> list[str]:
             f"here ({o['means'][f'window {HARD}']['fixed']:.0f}% and {o['means'][f'window {ALL}']['fixed']:.0f}%). One run is one draw.*"]
 
 
-def plot(done: dict, path: str) -> None:
-    """The README's picture: every run of the study, per schedule, on the hard subset and on all samples."""
+def picture(done: dict) -> bytes:
+    """The README's picture (PNG): every run of the study, per schedule, on the hard subset and on all samples."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -417,24 +450,28 @@ def plot(done: dict, path: str) -> None:
         ax.set_ylabel("Oracle OOD accuracy (%)", fontsize=8)
     fig.suptitle("50 runs per schedule (10 seeds x 5 runs; black: the mean). One run is one draw.", fontsize=9)
     fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
+    return buf.getvalue()
 
 
 def main(argv) -> None:
     if argv:
         raise ValueError(f"unknown arguments {' '.join(argv)} (study/findings.py takes none)")
+    ex = exclusions_record()  # the inputs checked before the work, the work done before the first write
     done = chaos.runs()  # the study's 150 runs, read once
     o = analyse(done)
     text = lines(o)
-    tables.splice(os.path.join(ROOT, "results", "README.md"), "findings", text)
-    tables.splice(os.path.join(ROOT, "README.md"), "results", front(o))
-    tables.splice(os.path.join(ROOT, "README.md"), "span", span(o))
-    write_json(os.path.join(ROOT, "results", "findings.json"), o)
+    notebook, readme = os.path.join(ROOT, "results", "README.md"), os.path.join(ROOT, "README.md")
+    out = {notebook: tables.spliced(notebook, "findings", text),
+           readme: tables.spliced(readme, "span", span(o), tables.spliced(readme, "results", front(o, ex))),
+           os.path.join(ROOT, "results", "findings.json"): o}
     try:
-        plot(done, os.path.join(ROOT, "results", "findings.png"))
+        out[os.path.join(ROOT, "results", "findings.png")] = picture(done)
     except ImportError:
         print("study/findings.py: matplotlib is not installed; the picture is skipped", file=sys.stderr)
+    write_set(out)  # the four files as one set: all or, should a rename fail, the ones replaced named
     print("\n".join(text))
 
 

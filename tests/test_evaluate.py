@@ -535,3 +535,23 @@ def test_readouts_of_a_run_trained_again_since_are_refused(base, tmp_path, capsy
     monkeypatch.setattr(evaluate.readouts, "readout_report", replaced_meanwhile)
     err = one_line(capsys, call(evaluate.cli, [str(d), "--readouts", "--samples", "2"]))
     assert "changed while" in err and not (d / "readouts.json").exists()
+
+
+def test_out_writes_md_and_json_as_a_set(tmp_path):
+    """C9: `evaluate.py --out PREFIX` wrote PREFIX.md, then failed on PREFIX.json (a full disk): the table and its
+    record disagreed. Failed before its fix: PREFIX.md replaced, then "cannot write PREFIX.json (File too large)"."""
+    import resource
+    write_runs(tmp_path / "runs", known_runs())
+    (tmp_path / "t.md").write_text("old table\n")
+    (tmp_path / "t.json").write_text('{"rows": []}\n')
+
+    def limit():  # the .md (about 0.5 KB) fits, the .json (about 2 KB) does not
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), str(tmp_path / "runs"), "--out",
+                           str(tmp_path / "t")], capture_output=True, text=True, timeout=300, preexec_fn=limit,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+    err = proc.stderr
+    assert proc.returncode == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (proc.returncode, err)
+    assert "t.json" in err
+    assert (tmp_path / "t.md").read_text() == "old table\n" and (tmp_path / "t.json").read_text() == '{"rows": []}\n'
+    assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]

@@ -71,3 +71,26 @@ def test_atomic_write_itself_never_writes_a_lock_or_a_temp_name(tmp_path):
         with pytest.raises(ValueError, match="nothing written"):
             files.atomic_write(str(tmp_path / name), lambda f: f.write(b"page"))
     assert os.listdir(tmp_path) == [".lock"] and (tmp_path / ".lock").read_text() == "process 1 on elsewhere"
+
+
+def test_write_set_checks_every_target_first_and_names_what_a_failed_rename_left_replaced(tmp_path, monkeypatch):
+    """F (D10, C9): a multi-file output was written one file at a time. The set's targets are checked before the first
+    write (a folder in place of one: nothing written); a rename that still fails names the files already replaced."""
+    a, b = str(tmp_path / "a.md"), str(tmp_path / "b.json")
+    open(a, "w").write("old\n")
+    os.makedirs(b)
+    with pytest.raises(ValueError, match="b.json: is a folder; nothing written"):
+        files.write_set({a: "new\n", b: {"rows": []}})
+    assert open(a).read() == "old\n"
+    os.rmdir(b)
+    replace = os.replace
+
+    def fail_on_b(src, dst):
+        if dst == b:
+            raise OSError(5, "Input/output error")
+        replace(src, dst)
+    monkeypatch.setattr(files.os, "replace", fail_on_b)
+    with pytest.raises(OSError, match=r"cannot write .*b\.json .*already replaced: .*a\.md"):
+        files.write_set({a: "new\n", b: {"rows": []}})
+    assert open(a).read() == "new\n" and not os.path.exists(b)
+    assert sorted(os.listdir(tmp_path)) == ["a.md"]  # no temp file left

@@ -916,3 +916,133 @@ def test_recipes_py_regenerates_its_table_without_matplotlib(tmp_path, monkeypat
     assert "| task | recipe" in readme.read_text()
     err = capsys.readouterr().err
     assert "plots skipped" in err and len(err.strip().splitlines()) == 1
+
+
+# --- findings.py and against.py: inputs checked and outputs written as a set, before any file changes -------------
+
+def run_script(mod, argv=()):
+    """mod.main as its command (cli.run); a traceback (the bug) becomes the exception's name."""
+    from lab.cli import run
+    try:
+        return run(mod.main, mod.__name__, list(argv))
+    except Exception as err:  # noqa: BLE001
+        return f"raised {type(err).__name__}: {err}"
+
+
+@pytest.fixture
+def findings_tree(tmp_path, monkeypatch):
+    """study/findings.py on a scratch repository tmp_path: the committed JSON records it reads, a results/README.md
+    and a README.md holding its markers; the study's analysis stood in for by the committed results/findings.json
+    (what analyse returned), the picture skipped (no matplotlib)."""
+    from study import findings
+    for f in ("exclusions.json", "chaos/chaos.json", "paper.json", "depth/explore.json", "depth/depth.json"):
+        os.makedirs(tmp_path / "results" / os.path.dirname(f), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, "results", f), tmp_path / "results" / f)
+    (tmp_path / "results" / "README.md").write_text("notebook\n<!-- findings:begin -->\nold\n<!-- findings:end -->\n")
+    (tmp_path / "README.md").write_text("<!-- results:begin -->\nold\n<!-- results:end -->\n<!-- span:begin -->\nold\n"
+                                        "<!-- span:end -->\n")
+    o = json.load(open(os.path.join(ROOT, "results", "findings.json")))
+    monkeypatch.setattr(findings, "ROOT", str(tmp_path))
+    monkeypatch.setattr(findings.chaos, "runs", lambda: {})
+    monkeypatch.setattr(findings, "analyse", lambda done: o)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    return tmp_path
+
+
+@pytest.mark.parametrize("damage, key", [(lambda ex: ex["spreads"].pop("copy_gap"), "copy_gap"),
+                                         (lambda ex: ex["declared"].__setitem__("gap_window_holm", "0.01"), "gap_window_holm")])
+def test_findings_checks_exclusions_json_before_it_writes_anything(findings_tree, capsys, damage, key):
+    """T25: study/findings.py indexed results/exclusions.json's keys unchecked, after it had spliced results/README.md.
+    Failed before its fix: KeyError: 'copy_gap' (results/README.md already rewritten)."""
+    p = findings_tree / "results" / "exclusions.json"
+    ex = json.loads(p.read_text())
+    damage(ex)
+    p.write_text(json.dumps(ex))
+    before = snapshot(findings_tree)
+    code = run_script(sys.modules["study.findings"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, (code, err)
+    assert "exclusions.json" in err and key in err
+    assert snapshot(findings_tree) == before
+
+
+def test_findings_writes_its_four_files_as_a_set(findings_tree, capsys):
+    """D10: study/findings.py spliced results/README.md and README.md, then failed on results/findings.json: the prose
+    was new, the record old. Failed before its fix: results/README.md rewritten before the error on findings.json."""
+    os.makedirs(findings_tree / "results" / "findings.json")  # a folder where the record goes: it cannot be written
+    before = snapshot(findings_tree)
+    code = run_script(sys.modules["study.findings"])
+    err = [x for x in capsys.readouterr().err.splitlines() if "picture is skipped" not in x]  # no matplotlib: a note
+    assert code in (1, 2) and len(err) == 1 and "findings.json" in err[0], (code, err)
+    assert snapshot(findings_tree) == before
+
+
+def test_findings_refuses_round_two_with_seeds_missing(tmp_path, monkeypatch):
+    """S31: with round two's window seeds 8-15 missing, study/findings.py rewrote README.md with new numbers and still
+    said "16 fresh seeds". Failed before its fix: DID NOT RAISE (round_two returned 8 pairs)."""
+    from study import findings
+    for row in ("fixed", "window"):
+        for k in range(16 if row == "fixed" else 8):
+            shutil.copytree(os.path.join(ROOT, "results", "study", "dyck", row, f"seed{k}"),
+                            tmp_path / "results" / "study" / "dyck" / row / f"seed{k}")
+    monkeypatch.setattr(findings, "ROOT", str(tmp_path))
+    with pytest.raises(ValueError) as err:
+        findings.round_two("window", findings.HARD)
+    assert "window" in str(err.value) and "8-15" in str(err.value) and "\n" not in str(err.value)
+
+
+def snapshot(d):
+    out = {}
+    for root, dirs, fs in os.walk(d):
+        out.update({os.path.join(root, x): "folder" for x in dirs})
+        out.update({os.path.join(root, f): open(os.path.join(root, f), "rb").read() for f in fs})
+    return out
+
+
+@pytest.fixture
+def against_tree(tmp_path, monkeypatch):
+    """study/against.py on a scratch results folder: the committed ensembles read in place, the 10 w = 2 runs copied
+    (a test changes them), a results/README.md with its markers; compare.against stood in for by a constant verdict
+    (the slots and the writes are under test, not the statistics)."""
+    import types
+    from study import against
+    shutil.copytree(os.path.join(ROOT, "results", "against", "dyck", "window-w2"), tmp_path / "w2",
+                    ignore=shutil.ignore_patterns("ckpt.pt", ".lock"))
+    os.makedirs(tmp_path / "results" / "against")
+    (tmp_path / "results" / "README.md").write_text("notebook\n<!-- against:begin -->\nold\n<!-- against:end -->\n")
+    fake = types.SimpleNamespace(against=lambda new, ref: {"verdict": "consistent", "differ": [], "new": len(new),
+                                                           "ref": len(ref), "p": {}, "adjusted": {}})
+    monkeypatch.setattr(against, "compare", fake)
+    monkeypatch.setattr(against, "ROOT", str(tmp_path))
+    monkeypatch.setattr(against, "OUT", str(tmp_path / "results" / "against"))
+    monkeypatch.setattr(against, "CHANGED", str(tmp_path / "w2"))
+    return tmp_path
+
+
+def test_against_writes_its_record_and_its_block_as_a_set(against_tree, capsys):
+    """D10: study/against.py replaced results/against/against.json, then failed on results/README.md (the prose said
+    one count, the record another). Failed before its fix: against.json written before the error on README.md."""
+    from study import against
+    (against_tree / "results" / "README.md").write_text("notebook without the markers\n")
+    before = snapshot(against_tree / "results")
+    code = run_script(against)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "README.md" in err, (code, err)
+    assert snapshot(against_tree / "results") == before  # unfixed: against.json written
+
+
+@pytest.mark.parametrize("case", ["w5 in a w2 slot", "missing w2 run"])
+def test_against_checks_every_slot_before_it_writes(against_tree, capsys, case):
+    """S32: study/against.py used a w = 5 run sitting in a w = 2 slot, and a missing run, as they were, and flipped a
+    committed verdict. Failed before its fix: rc 0, the block and against.json written."""
+    from study import against
+    slot = against_tree / "w2" / "seed309"
+    shutil.rmtree(slot)
+    if case == "w5 in a w2 slot":
+        shutil.copytree(committed_slot("window", 109, 0), slot, ignore=shutil.ignore_patterns("ckpt.pt", ".lock"))
+    before = snapshot(against_tree / "results")
+    code = run_script(against)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "seed309" in err, (code, err)
+    assert ("w=5" in err) if case == "w5 in a w2 slot" else ("missing" in err)
+    assert snapshot(against_tree / "results") == before
