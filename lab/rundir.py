@@ -210,10 +210,14 @@ def log_lines(path: str, step: int) -> list[str]:
 def open_run(cfg, run_dir: str, step: int, resumed: bool):
     """Before the first step (of a fresh run, or of a resumed one at `step`): config.json with this segment's
     (step, machine settings, environment) appended to the earlier ones (a resume may change them), and
-    metrics.jsonl cut back to the checkpoint's step. Returns (env, segments)."""
+    metrics.jsonl cut back to the checkpoint's step. An earlier segment that starts at or after `step` trained
+    nothing the checkpoint kept (a resume killed before its first step, or before its first checkpoint): this
+    one replaces it. Returns (env, segments)."""
     env, cfg_path, log_path = environment(), os.path.join(run_dir, "config.json"), os.path.join(run_dir, "metrics.jsonl")
     kept = log_lines(log_path, step)  # metrics.jsonl holds exactly the lines up to the checkpoint's step: read first
-    segs = (segments(cfg_path) if resumed else []) + [{"step": step, **{k: getattr(cfg, k) for k in SEGMENT}, "env": env}]
+    earlier = [s for s in segments(cfg_path) if not (isinstance(s, dict) and isinstance(s.get("step"), int)
+                                                     and s["step"] >= step)] if resumed else []
+    segs = earlier + [{"step": step, **{k: getattr(cfg, k) for k in SEGMENT}, "env": env}]
     write_json(cfg_path, {**dataclasses.asdict(cfg), "env": env, "segments": segs})
     atomic_write(log_path, lambda f: f.write("".join(kept).encode()))
     return env, segs

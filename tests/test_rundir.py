@@ -257,6 +257,28 @@ def test_every_segment_records_stack_and_static(tmp_path):
         assert [(s["step"], s.get("stack"), s.get("static")) for s in segs] == [(0, 1, False), (5, 0, False)], f
 
 
+def test_a_resume_killed_before_its_first_step_leaves_no_empty_segment(base, tmp_path, monkeypatch, capsys):
+    """C10 (round six): a resume killed before its first step left an empty segment in config.json, and the next
+    resume's eval.json listed it as a segment that trained. Failed before its fix: assert [0, 5, 5] == [0, 5]
+
+    Every segment that starts at or after the checkpoint's step trained nothing that survives: the next one
+    replaces it."""
+    d = unfinished(base, tmp_path / "run")
+    real = train.train_step
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "train_step", killed)
+    assert train.cli(TINY + ["--resume", "--out_dir", str(d)]) == 130
+    monkeypatch.setattr(train, "train_step", real)
+    assert train.cli(TINY + ["--resume", "--out_dir", str(d), "--device", "cpu"]) == 0
+    for f in ("config.json", "eval.json"):
+        segs = json.load(open(d / f))["segments"]
+        assert [s["step"] for s in segs] == [0, 5], f
+        assert segs[-1]["device"] == "cpu", f  # the segment that trained, not the empty one
+
+
 def unfinished(src, d, change=lambda ck: None, step=5):
     """A copy of the finished run src, cut back to an unfinished one at `step`, its ckpt.pt changed by change(ck)."""
     shutil.copytree(src, d)
