@@ -142,6 +142,10 @@ def plan(cfg, d: str, single: bool = True):
     if "eval.json" in held:
         return "skip", None
     if "ckpt.pt" in held:
+        if "config.json" not in held:  # the one record of the earlier segments: a resume would drop them silently
+            raise ValueError(f"--resume: {paths['config.json']} is missing, and it alone records the run's earlier "
+                             f"segments (their machines, environment and commit): restore it, or start again with "
+                             f"--overwrite")
         ck = checkpoint.load_checkpoint(paths["ckpt.pt"], cfg)
         log_lines(paths["metrics.jsonl"], ck["step"])  # readable, before open_run rewrites anything
         return "resume", ck

@@ -317,6 +317,20 @@ def test_an_empty_config_json_is_damaged_not_another_run(base, tmp_path, capsys)
     assert "seed0/config.json is empty or damaged" in err
 
 
+def test_a_resume_without_config_json_is_refused_not_stripped_of_its_segments(base, tmp_path, capsys):
+    """S36 (round six): a removed config.json silently dropped the earlier segments (their machines, environment and
+    commit) from the resumed run's eval.json. Failed before its fix: assert 0 == 2
+
+    config.json is the only record of a run's earlier segments (the checkpoint holds none): a resume without it is
+    refused in one line naming it, and the run is left as it is."""
+    d = unfinished(base, tmp_path / "run")
+    os.remove(d / "config.json")
+    before = snapshot(d)
+    err = one_line(capsys, train_call(TINY + ["--resume", "--out_dir", str(d)]))
+    assert f"{d}/config.json" in err and "segments" in err and "--overwrite" in err, err
+    assert snapshot(d) == before
+
+
 def test_a_non_utf8_metrics_jsonl_is_named_before_config_json_is_rewritten(base, tmp_path, capsys):
     """4R5: a non-UTF-8 metrics.jsonl named no file, and config.json had been rewritten before it was read. Failed
     before its fix."""
