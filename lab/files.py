@@ -3,6 +3,7 @@ Files the lab writes and reads, safely: every write is atomic, every JSON read b
 
     atomic_write(path, write)   the one way a file is written: a temp file beside it (temp_file), fsync, rename; a
                                 crash or a full disk leaves the old file or the new one, never half
+    write_temp, publish         its two halves, for files that commit together (a --stack chunk's checkpoints)
     write_json(path, obj)       atomic_write of a JSON document
     load_json(path)             the one way a JSON file is read: a regular file only (a FIFO is refused, not waited
                                 on), at most MAX_JSON bytes, UTF-8; read_json names the file in its error
@@ -67,25 +68,54 @@ def atomic_write(path: str, write) -> None:
     a new temp file in the same folder (temp_file), fsync, os.replace. A crash or a full disk leaves the old file
     or the new one, never half, and no temp file; a Ctrl-C during the write takes effect once it is done. A
     symlink at `path` is replaced by the file (what it pointed to is not written). A failure is an OSError naming
-    the file (cli.run: one line, exit 1). A lock or a temp file name (guarded) is never written: ValueError."""
+    the file (cli.run: one line, exit 1). A lock or a temp file name (guarded) is never written: ValueError.
+    Its two halves, write_temp and publish, write a set of files that commit together (lab/chunks.py)."""
+    with ctrl_c_after():
+        publish([write_temp(path, write)], [path])
+
+
+def cannot_write(path: str, err: OSError) -> OSError:
+    """A failed write as one line naming the file (its errno kept for a caller that tests it)."""
+    failed = OSError(f"cannot write {path} ({err.strerror or err}); the file there, if any, is unchanged")
+    failed.errno = err.errno
+    return failed
+
+
+def write_temp(path: str, write) -> str:
+    """atomic_write's first half: `path`'s temp file (temp_file), written by write(f) and fsynced; returns its name
+    (publish renames it). A failure (a full disk) removes it and is an OSError naming `path`; a lock or a temp file
+    name (guarded) is never written: ValueError."""
     name = os.path.basename(path)
     if name == LOCK or TEMP.match(name):
         raise ValueError(f"{path}: {guarded(path)}; nothing written")
-    with ctrl_c_after():
-        tmp = None
-        try:
-            f, tmp = temp_file(path)
-            with f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as err:  # one line naming the file (and its errno kept for a caller that tests it)
-            failed = OSError(f"cannot write {path} ({err.strerror or err}); the file there, if any, is unchanged")
-            failed.errno = err.errno
-            raise failed from None
-        finally:
-            if tmp is not None and os.path.lexists(tmp):  # a failed write (full disk) leaves no temp file behind
+    tmp = None
+    try:
+        f, tmp = temp_file(path)
+        with f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException as err:
+        if tmp is not None and os.path.lexists(tmp):  # a failed write leaves no temp file behind
+            os.remove(tmp)
+        if isinstance(err, OSError):
+            raise cannot_write(path, err) from None
+        raise
+    return tmp
+
+
+def publish(tmps: list, paths: list) -> None:
+    """atomic_write's second half: each temp file of write_temp renamed onto its path (os.replace), in order. A
+    failure is an OSError naming the path; the temp files not yet renamed are removed either way."""
+    try:
+        for tmp, path in zip(tmps, paths):
+            try:
+                os.replace(tmp, path)
+            except OSError as err:
+                raise cannot_write(path, err) from None
+    finally:
+        for tmp in tmps:
+            if os.path.lexists(tmp):
                 os.remove(tmp)
 
 
