@@ -40,7 +40,7 @@ import metrics
 from tasks import IGNORE, PAD, curriculum_n_max, eval_set, train_batch
 from lab import checkpoint, rundir, stack
 from lab.cli import ctrl_c_after, interrupted, log_line
-from lab.files import temp_file
+from lab.files import publish, staged
 
 
 def pad_length(task, cfg) -> int:
@@ -222,19 +222,14 @@ def save_checkpoints(paths: list, cks: list, seeds: list) -> None:
     for p, ck, k in zip(paths, cks, seeds):
         if bad := checkpoint.non_finite(ck):
             raise FloatingPointError(f"seed {k}: non-finite weights at step {ck['step']} ({bad}); " + checkpoint.last_good(p))
-    tmps = []  # files.temp_file's names (NAME.tmpPID, new files, never a link): a killed writer's are removed (Lock)
+    tmps = []  # files.staged's names (NAME.tmpPID, new files, never a link): a killed writer's are removed (Lock)
     with ctrl_c_after():
         try:
-            for p, ck in zip(paths, cks):
-                f, tmp = temp_file(p)
-                tmps.append(tmp)
-                with f:
-                    torch.save(ck, f)
-                    f.flush()
-                    os.fsync(f.fileno())
+            for p, ck in zip(paths, cks):  # atomic_write's halves: a failed write (a full disk) names its file
+                tmps.append(staged(p, lambda f, ck=ck: torch.save(ck, f)))
             for tmp, p in zip(tmps, paths):
-                os.replace(tmp, p)
-        finally:
+                publish(p, tmp)
+        finally:  # a failure before the renames: the temp files written so far go
             for tmp in tmps:
                 if os.path.lexists(tmp):
                     os.remove(tmp)

@@ -3,6 +3,8 @@ Files the lab writes and reads, safely: every write is atomic, every JSON read b
 
     atomic_write(path, write)   the one way a file is written: a temp file beside it (temp_file), fsync, rename; a
                                 crash or a full disk leaves the old file or the new one, never half
+    staged, publish             its two halves: the temp file written and fsynced, then renamed (write_set, and a
+                                --stack chunk's checkpoints, which commit together, use them)
     write_json(path, obj)       atomic_write of a JSON document
     write_set({path: content})  the one way a multi-file output is written: every file rendered and every target
                                 checked before the first write, every temp file written before the first rename; a

@@ -12,13 +12,15 @@ reads as the lesson. What it keeps safe is spelled out here, once.
                            (ckpt.pt, atomic, non-finite refused), training() (Ctrl-C and a non-finite loss: one line
                            naming the last good checkpoint; a run stopped before its first one leaves no files)
     log_record(...)        one line of metrics.jsonl, the same for the plain loop and the stacked one (lab/chunks.py)
-    environment()          versions, hardware and git commit, recorded in config.json and eval.json
+    environment()          versions, hardware, git commit and dirty mark (code_version), recorded in config.json and
+                           eval.json; a resume on other code says so in one line
 
 A user error raises ValueError with one line (cli.run turns it into exit code 2).
 """
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -56,16 +58,53 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def environment() -> dict:
-    """Versions, hardware and the git commit of the code, recorded in config.json and eval.json."""
-    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project: lab/'s parent
+# the code a run's numbers depend on: the tracked .py files outside tests/ (prose, results and tests are not code)
+CODE = ["*.py", ":(exclude)tests/"]
+
+
+def code_version(root: str = ROOT) -> tuple:
+    """(commit, dirty) of the code under root: HEAD's commit, and dirty False when the tracked .py files (outside
+    tests/) are HEAD's, else the first 12 hex digits of the sha256 of their `git diff HEAD` (two different edits,
+    two marks). (None, None) where git or the repository is absent: unknown, never an error. Two git calls, a few
+    milliseconds; --no-optional-locks: a reader never takes the index lock of a checkout it only looks at."""
+    def git(*args):
+        return subprocess.run(["git", "--no-optional-locks", *args], cwd=root, capture_output=True, timeout=10)
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
-                                capture_output=True, text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+        head = git("rev-parse", "--verify", "-q", "HEAD")
+        commit = head.stdout.decode().strip() if head.returncode == 0 else ""
+        if not commit:
+            return None, None
+        diff = git("diff", "HEAD", "--no-ext-diff", "--no-textconv", "--no-color", "--", *CODE)
+    except (OSError, subprocess.SubprocessError, UnicodeDecodeError):
+        return None, None
+    if diff.returncode != 0:
+        return commit, None
+    return commit, hashlib.sha256(diff.stdout).hexdigest()[:12] if diff.stdout else False
+
+
+def environment() -> dict:
+    """Versions, hardware, and the git commit and dirty mark of the code (code_version), recorded in config.json and
+    eval.json (per segment: a resume may run on other code, and open_run says so)."""
+    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()
+    commit, dirty = code_version()
     return {"torch": torch.__version__, "python": platform.python_version(), "hardware": dev, "cpu": cpu_model(),
-            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "git_commit": commit}
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "git_commit": commit, "git_dirty": dirty}
+
+
+def code_of(env) -> str:
+    """A segment's code in words: its commit, and its uncommitted edits' mark."""
+    env = env if isinstance(env, dict) else {}
+    c, d = env.get("git_commit"), env.get("git_dirty")
+    return f"commit {str(c)[:12] if c else '(unknown)'}" + (f" with uncommitted edits {d}" if isinstance(d, str) else
+                                                             " (clean)" if d is False else "")
+
+
+def code_changed(prev, env) -> bool:
+    """Whether two segments ran other code: their commits, or their dirty marks, differ where both are known."""
+    prev = prev if isinstance(prev, dict) else {}
+    return any(prev.get(k) is not None and env.get(k) is not None and prev.get(k) != env.get(k)
+               for k in ("git_commit", "git_dirty"))
 
 
 # --- the state of a run directory ---------------------------------------------------------------------
@@ -142,6 +181,10 @@ def plan(cfg, d: str, single: bool = True):
     if "eval.json" in held:
         return "skip", None
     if "ckpt.pt" in held:
+        if "config.json" not in held:  # the one record of the earlier segments: a resume would drop them silently
+            raise ValueError(f"--resume: {paths['config.json']} is missing, and it alone records the run's earlier "
+                             f"segments (their machines, environment and commit): restore it, or start again with "
+                             f"--overwrite")
         ck = checkpoint.load_checkpoint(paths["ckpt.pt"], cfg)
         log_lines(paths["metrics.jsonl"], ck["step"])  # readable, before open_run rewrites anything
         return "resume", ck
@@ -210,10 +253,18 @@ def log_lines(path: str, step: int) -> list[str]:
 def open_run(cfg, run_dir: str, step: int, resumed: bool):
     """Before the first step (of a fresh run, or of a resumed one at `step`): config.json with this segment's
     (step, machine settings, environment) appended to the earlier ones (a resume may change them), and
-    metrics.jsonl cut back to the checkpoint's step. Returns (env, segments)."""
+    metrics.jsonl cut back to the checkpoint's step. An earlier segment that starts at or after `step` trained
+    nothing the checkpoint kept (a resume killed before its first step, or before its first checkpoint): this
+    one replaces it. A resume on other code than the previous segment's (code_changed) says so in one line.
+    Returns (env, segments)."""
     env, cfg_path, log_path = environment(), os.path.join(run_dir, "config.json"), os.path.join(run_dir, "metrics.jsonl")
     kept = log_lines(log_path, step)  # metrics.jsonl holds exactly the lines up to the checkpoint's step: read first
-    segs = (segments(cfg_path) if resumed else []) + [{"step": step, **{k: getattr(cfg, k) for k in SEGMENT}, "env": env}]
+    earlier = [s for s in segments(cfg_path) if not (isinstance(s, dict) and isinstance(s.get("step"), int)
+                                                     and s["step"] >= step)] if resumed else []
+    segs = earlier + [{"step": step, **{k: getattr(cfg, k) for k in SEGMENT}, "env": env}]
+    if earlier and isinstance(earlier[-1], dict) and code_changed(earlier[-1].get("env"), env):
+        print(f"train.py: note: {run_dir}: resumed at step {step} on {code_of(env)}; its previous segment ran on "
+              f"{code_of(earlier[-1].get('env'))} (config.json's segments record both)", file=sys.stderr)
     write_json(cfg_path, {**dataclasses.asdict(cfg), "env": env, "segments": segs})
     atomic_write(log_path, lambda f: f.write("".join(kept).encode()))
     return env, segs

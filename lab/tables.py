@@ -69,17 +69,26 @@ def value(v) -> str:
     return format(v, "g") if isinstance(v, float) else str(v)
 
 
+def edits(e: dict) -> tuple:
+    """The uncommitted edits a run's code had: the distinct dirty marks (env.git_dirty, rundir.code_version) of its
+    segments, sorted; () for committed code, and for code not known (no git, a run from before the mark)."""
+    envs = [s.get("env") for s in e.get("segments") or [] if isinstance(s, dict)] + [e.get("env")]
+    return tuple(sorted({v["git_dirty"] for v in envs if isinstance(v, dict) and isinstance(v.get("git_dirty"), str)}))
+
+
 def group_runs(evals: list) -> dict:
     """{(task, label): [eval dicts]}: the seeds of each row. Refuses a row that holds one seed twice, or whose
-    runs were evaluated on different test grids."""
+    runs were evaluated on different test grids. Runs trained with uncommitted edits (edits) are a row of their
+    own, labelled `uncommitted=MARK`: an edited halting.py may be another method under the same settings (run_key,
+    which --against compares, does not hold them)."""
     by_key = {}
     for e in evals:
-        by_key.setdefault(run_key(e), []).append(e)
+        by_key.setdefault((run_key(e), edits(e)), []).append(e)
     groups = {}
-    for key, runs in by_key.items():
+    for (key, edit), runs in by_key.items():
         k = dict(key)
         # the settings that differ between the rows of this task
-        others = [dict(o) for o in by_key if dict(o)["task"] == k["task"]]
+        others = [dict(o) for o, _ in by_key if dict(o)["task"] == k["task"]]
         # (a setting one row's schedule or task does not read counts as its default, as in run_key)
         at = lambda row, f: row[f] if f in row else DEFAULTS.get(f)
         varying = sorted({f for o in others for f in set(o) | set(k) if at(o, f) != at(k, f)} - {"schedule", "task"})
@@ -88,7 +97,8 @@ def group_runs(evals: list) -> dict:
         primary = PRIMARY.get(k["schedule"], ())
         changed = [f for f in sorted(SCHEDULE_KNOBS & set(k)) if k[f] != DEFAULTS.get(f)]
         shown = list(dict.fromkeys([*primary, *varying, *changed]))
-        label = " ".join([k["schedule"]] + [f"{f}={value(k[f])}" for f in shown if f in k])
+        label = " ".join([k["schedule"]] + [f"{f}={value(k[f])}" for f in shown if f in k]
+                         + ([f"uncommitted={'+'.join(edit)}"] if edit else []))
         seen = {}
         for r in runs:  # one seed twice: a copy (cp -r run run.bak), a run inside a sweep, a sweep below a run
             seen.setdefault(replicate(r), []).append(r.get("run_dir", "?"))

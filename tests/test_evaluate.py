@@ -288,6 +288,29 @@ def test_rows_are_keyed_on_every_setting_and_labelled_by_what_differs():
     assert "window w=5 T_max=20 d_model=64" in labels
 
 
+def test_runs_of_uncommitted_edits_are_their_own_row_and_say_so():
+    """S37 (round six): a run trained with an uncommitted edit (of halting.py, say: another method) and a run of the
+    committed code shared one row, unlabelled (here: called copies of one seed). Failed before its fix: ValueError: row
+    dyck window w=5: seed 0 appears 3 times (?, ?, ?): one run would count as several seeds
+
+    A run's dirty mark (env.git_dirty, any of its segments) is part of its row: runs of committed code (or of
+    unknown code: no git, a run from before the mark) keep their rows and labels; each edit is a row of its own,
+    labelled by it."""
+    clean = synthetic_eval(0, [1.0, 0.9, 0.8])
+    clean["env"] = {"git_commit": "a" * 40, "git_dirty": False}
+    old = synthetic_eval(1, [1.0, 0.9, 0.8])  # a run from before the mark: no env at all
+    edited = synthetic_eval(0, [1.0, 0.9, 0.5])
+    edited["env"] = {"git_commit": "a" * 40, "git_dirty": False}
+    edited["segments"] = [{"step": 0, "env": {"git_commit": "a" * 40, "git_dirty": "1a2b3c4d5e6f"}}]
+    other = synthetic_eval(0, [1.0, 0.9, 0.4])
+    other["env"] = {"git_commit": "a" * 40, "git_dirty": "ffffffffffff"}
+    groups = tables.group_runs([clean, old, edited, other])
+    assert sorted(len(g) for g in groups.values()) == [1, 1, 2]
+    assert set(groups) == {("dyck", "window w=5"), ("dyck", "window w=5 uncommitted=1a2b3c4d5e6f"),
+                           ("dyck", "window w=5 uncommitted=ffffffffffff")}
+    assert tables.run_key(clean) == tables.run_key(edited)  # the same settings: --against still compares them
+
+
 def test_fixed_c_0_is_the_row_of_c_T_max_and_meets_the_paper_row():
     runs = [synthetic_eval(0, [1.0, 0.9, 0.8], schedule="fixed", c=0, T_max=20),
             synthetic_eval(1, [1.0, 0.9, 0.8], schedule="fixed", c=20, T_max=20)]

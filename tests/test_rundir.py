@@ -245,6 +245,69 @@ def test_every_segment_of_a_resumed_run_keeps_its_settings_and_env(base, tmp_pat
         assert all("git_commit" in s["env"] for s in segs)
 
 
+def git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git (without it the mark is None: the last assertion)")
+def test_an_uncommitted_edit_is_recorded_beside_the_commit(tmp_path, monkeypatch):
+    """S37 (round six): an uncommitted edit of halting.py was recorded as the clean commit (no dirty mark), so two
+    methods could share a row. Failed before its fix: AttributeError: module 'lab.rundir' has no attribute
+    'code_version'
+
+    code_version(root): (commit, dirty) with dirty False for committed code, a digest of `git diff HEAD` of the
+    tracked .py files (outside tests/) for an edit, so two different edits differ; (None, None) without git."""
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "halting.py").write_text("LOSS = 1\n")
+    (repo / "tests" / "test_x.py").write_text("")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = git(repo, "rev-parse", "HEAD")
+    assert rundir.code_version(str(repo)) == (head, False)
+    (repo / "README.md").write_text("prose\n")  # not code
+    (repo / "tests" / "test_x.py").write_text("x = 1\n")  # nor a test
+    assert rundir.code_version(str(repo)) == (head, False)
+    (repo / "halting.py").write_text("LOSS = 2\n")
+    commit, one = rundir.code_version(str(repo))
+    assert commit == head and isinstance(one, str) and len(one) == 12
+    (repo / "halting.py").write_text("LOSS = 3\n")
+    assert rundir.code_version(str(repo))[1] not in (one, False)  # another edit, another mark
+    assert rundir.code_version(str(tmp_path)) == (None, None)  # not a repository
+    env = rundir.environment()
+    assert "git_commit" in env and "git_dirty" in env
+    monkeypatch.setattr(rundir.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError("git")))
+    assert rundir.code_version(str(repo)) == (None, None)  # git absent: unknown, never an error
+
+
+def test_a_resume_on_other_code_says_so_in_one_line(base, tmp_path, capsys):
+    """S37 (round six): a resume across commits (or with other uncommitted edits) said nothing. Failed before its
+    fix: assert 0 == 1 (no line naming the change)
+
+    The segment's code (commit and dirty mark) against the previous segment's: one line on stderr where they differ,
+    nothing where they are the same."""
+    d = unfinished(base, tmp_path / "run")
+    now = rundir.environment()
+    saved = json.load(open(d / "config.json"))
+    for seg in saved["segments"]:
+        seg["env"].update(git_commit="0" * 40, git_dirty=False)
+    (d / "config.json").write_text(json.dumps(saved))
+    assert train.cli(TINY + ["--resume", "--out_dir", str(d)]) == 0
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if "previous segment" in l]
+    assert len(lines) == (1 if now["git_commit"] else 0), err
+    if now["git_commit"]:
+        assert "000000000000" in lines[0] and now["git_commit"][:12] in lines[0], lines
+    d = unfinished(base, tmp_path / "same")  # the same code: no line
+    saved = json.load(open(d / "config.json"))
+    for seg in saved["segments"]:
+        seg["env"].update(git_commit=now["git_commit"], git_dirty=now.get("git_dirty"))
+    (d / "config.json").write_text(json.dumps(saved))
+    assert train.cli(TINY + ["--resume", "--out_dir", str(d)]) == 0
+    assert "previous segment" not in capsys.readouterr().err
+
+
 def test_every_segment_records_stack_and_static(tmp_path):
     """4R7: a stacked chunk resumed without --stack, with another S, or with or without --static left no trace of it;
     stack and static are recorded per segment, like threads. Failed before its fix."""
@@ -255,6 +318,28 @@ def test_every_segment_records_stack_and_static(tmp_path):
     for f in ("config.json", "eval.json"):
         segs = json.load(open(d / f))["segments"]
         assert [(s["step"], s.get("stack"), s.get("static")) for s in segs] == [(0, 1, False), (5, 0, False)], f
+
+
+def test_a_resume_killed_before_its_first_step_leaves_no_empty_segment(base, tmp_path, monkeypatch, capsys):
+    """C10 (round six): a resume killed before its first step left an empty segment in config.json, and the next
+    resume's eval.json listed it as a segment that trained. Failed before its fix: assert [0, 5, 5] == [0, 5]
+
+    Every segment that starts at or after the checkpoint's step trained nothing that survives: the next one
+    replaces it."""
+    d = unfinished(base, tmp_path / "run")
+    real = train.train_step
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "train_step", killed)
+    assert train.cli(TINY + ["--resume", "--out_dir", str(d)]) == 130
+    monkeypatch.setattr(train, "train_step", real)
+    assert train.cli(TINY + ["--resume", "--out_dir", str(d), "--device", "cpu"]) == 0
+    for f in ("config.json", "eval.json"):
+        segs = json.load(open(d / f))["segments"]
+        assert [s["step"] for s in segs] == [0, 5], f
+        assert segs[-1]["device"] == "cpu", f  # the segment that trained, not the empty one
 
 
 def unfinished(src, d, change=lambda ck: None, step=5):
@@ -293,6 +378,20 @@ def test_an_empty_config_json_is_damaged_not_another_run(base, tmp_path, capsys)
     (sweep / "seed0" / "config.json").write_text("{}")
     err = one_line(capsys, train_call(TINY + ["--seeds", "2", "--seed", "1", "--out_dir", str(sweep)]))
     assert "seed0/config.json is empty or damaged" in err
+
+
+def test_a_resume_without_config_json_is_refused_not_stripped_of_its_segments(base, tmp_path, capsys):
+    """S36 (round six): a removed config.json silently dropped the earlier segments (their machines, environment and
+    commit) from the resumed run's eval.json. Failed before its fix: assert 0 == 2
+
+    config.json is the only record of a run's earlier segments (the checkpoint holds none): a resume without it is
+    refused in one line naming it, and the run is left as it is."""
+    d = unfinished(base, tmp_path / "run")
+    os.remove(d / "config.json")
+    before = snapshot(d)
+    err = one_line(capsys, train_call(TINY + ["--resume", "--out_dir", str(d)]))
+    assert f"{d}/config.json" in err and "segments" in err and "--overwrite" in err, err
+    assert snapshot(d) == before
 
 
 def test_a_non_utf8_metrics_jsonl_is_named_before_config_json_is_rewritten(base, tmp_path, capsys):

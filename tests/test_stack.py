@@ -319,6 +319,34 @@ def test_a_chunks_checkpoints_commit_together(tmp_path, monkeypatch, capsys, sig
     same_as(uninterrupted, b)
 
 
+def test_a_chunks_full_disk_names_the_checkpoint_it_could_not_write(tmp_path, monkeypatch):
+    """U21 (round six): a --stack chunk's full disk said "[Errno 28] No space left on device", naming no file
+    (save_checkpoints wrote its temp files outside files.atomic_write). Failed before its fix: assert
+    'cannot write' in '[Errno 28] No space left on device'
+
+    The write goes through atomic_write's own halves: one line naming the seed's ckpt.pt, every seed left at its
+    previous checkpoint (the chunk's checkpoints still commit together), and no temp file behind."""
+    paths = [str(tmp_path / f"seed{k}" / "ckpt.pt") for k in range(3)]
+    for p in paths:
+        os.makedirs(os.path.dirname(p))
+        torch.save({"step": 7}, p)
+    real, calls = torch.save, []
+
+    def save(obj, f, *a, **k):
+        calls.append(obj["step"])
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(obj, f, *a, **k)
+
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(OSError) as err:
+        chunks.save_checkpoints(paths, [{"step": 14, "w": torch.ones(2)} for _ in paths], [0, 1, 2])
+    monkeypatch.setattr(torch, "save", real)
+    assert "cannot write" in str(err.value) and paths[1] in str(err.value) and err.value.errno == 28, str(err.value)
+    assert [torch.load(p, weights_only=True)["step"] for p in paths] == [7, 7, 7]
+    assert not [f for k in range(3) for f in os.listdir(tmp_path / f"seed{k}") if ".tmp" in f]
+
+
 def test_a_chunks_ctrl_c_before_its_first_checkpoint_says_none_was_written(tmp_path, monkeypatch, capsys):
     """4S3: a chunk's Ctrl-C before its first checkpoint said "the last checkpoints are at step 0". Failed before its
     fix."""
