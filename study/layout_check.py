@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 if __package__ in (None, ""):  # run as `python study/layout_check.py`: the repository is the import root
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
@@ -23,7 +23,7 @@ from lab import checks, rundir  # noqa: E402
 from lab.cli import run  # noqa: E402
 from lab.files import parse_json, read_json, write_json
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--d_model", "16", "--n_head", "2", "--n_layer", "1", "--batch_size", "8", "--T_max", "6", "--T_test", "8",
         "--n_max", "6", "--max_iters", "20", "--log_interval", "5", "--eval_interval", "10", "--ckpt_interval", "10",
         "--eval_samples", "8", "--test_lengths", "3,8", "--threads", "1"]
