@@ -68,6 +68,8 @@ def cases(base, tmp):
     (tmp / "text" / "ckpt.pt").write_text("not a checkpoint\n")
     (tmp / "foreign").mkdir()
     torch.save({"weights": torch.zeros(2)}, tmp / "foreign" / "ckpt.pt")
+    for d in ("trunc", "text", "foreign"):  # a run directory whose checkpoint alone is damaged (S36: config.json kept)
+        (tmp / d / "config.json").write_bytes((base / "config.json").read_bytes())
     ck = lambda name, change: crafted(tmp, base, name, change)
     big = str(tmp / "missing" / "x.json")
     return [
