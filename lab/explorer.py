@@ -175,7 +175,8 @@ function read() {  // a page is a file people pass around: each value of the has
   const h = new URLSearchParams(location.hash.slice(1)), int = k => /^[0-9]{1,9}$/.test(h.get(k) || '') ? +h.get(k) : null;
   const one = (k, allowed, dflt) => allowed.includes(h.get(k)) ? h.get(k) : dflt;
   const run = int('run'), cmp = int('cmp'), tip = h.get('tip') || '';
-  S = {view: one('view', ['runs', 'run', 'sample'], 'runs'), run: run != null && run < R.length ? run : 0,
+  S = {view: one('view', ['runs', 'run', 'sample'], R.length === 1 ? 'run' : 'runs'),  // one run: its acc[n][K]
+       run: run != null && run < R.length ? run : 0,
        cmp: cmp != null && cmp < R.length ? cmp : null, m: one('m', Object.keys(METRICS), 'oracle'), n: int('n'),
        tip: /^[0-9]{1,4},[0-9]{1,4}$/.test(tip) ? tip : null};  // n: one of the run's lengths, checked where it is used
 }

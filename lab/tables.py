@@ -78,12 +78,17 @@ def edits(e: dict) -> tuple:
 
 def group_runs(evals: list) -> dict:
     """{(task, label): [eval dicts]}: the seeds of each row. Refuses a row that holds one seed twice, or whose
-    runs were evaluated on different test grids. Runs trained with uncommitted edits (edits) are a row of their
-    own, labelled `uncommitted=MARK`: an edited halting.py may be another method under the same settings (run_key,
-    which --against compares, does not hold them)."""
+    runs were evaluated on different test grids. Where runs of one experiment ran different code (their uncommitted
+    edits, edits, differ), each edit is a row of its own, labelled `uncommitted=MARK`: an edited halting.py may be
+    another method under the same settings (run_key, which --against compares, does not hold them). Runs that all
+    ran the same code keep one row and their label, whatever the tree's state (a test run on an edited checkout)."""
+    code = {}
+    for e in evals:
+        code.setdefault(run_key(e), set()).add(edits(e))
     by_key = {}
     for e in evals:
-        by_key.setdefault((run_key(e), edits(e)), []).append(e)
+        k = run_key(e)
+        by_key.setdefault((k, edits(e) if len(code[k]) > 1 else ()), []).append(e)
     groups = {}
     for (key, edit), runs in by_key.items():
         k = dict(key)

@@ -309,6 +309,11 @@ def test_runs_of_uncommitted_edits_are_their_own_row_and_say_so():
     assert set(groups) == {("dyck", "window w=5"), ("dyck", "window w=5 uncommitted=1a2b3c4d5e6f"),
                            ("dyck", "window w=5 uncommitted=ffffffffffff")}
     assert tables.run_key(clean) == tables.run_key(edited)  # the same settings: --against still compares them
+    # runs that all ran one and the same edit (tests on an edited checkout) are one row, labelled as ever
+    same = [synthetic_eval(k, [1.0, 0.9, 0.8]) for k in range(2)]
+    for e in same:
+        e["env"] = {"git_commit": "a" * 40, "git_dirty": "1a2b3c4d5e6f"}
+    assert list(tables.group_runs(same)) == [("dyck", "window w=5")]
 
 
 def test_fixed_c_0_is_the_row_of_c_T_max_and_meets_the_paper_row():

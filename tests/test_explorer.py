@@ -221,6 +221,18 @@ def test_hash_state_is_checked_against_the_allowed_values(tmp_path):
         assert "<img" not in page and '" onmouseover="' not in page and "&quot; onmouseover=&quot;" in page, h
 
 
+@pytest.mark.skipif(NODE is None, reason="no node binary: the page's script is not run")
+def test_the_page_opens_on_the_view_that_fits(tmp_path):
+    """Issue 69: `evaluate.py out/dyck-window --html` opened a single run on the across-runs view (one dot). With no
+    view in its hash, a page of one run opens on that run's acc[n][K], a page of several on the runs side by side.
+    Failed before its fix: assert 'runs' == 'run'."""
+    (tmp_path / "one").mkdir()
+    one, _, _ = export(tmp_path / "one", COMMITTED[0])
+    assert on_stub(one, "")["S"]["view"] == "run" and on_stub(one, "#view=runs")["S"]["view"] == "runs"
+    many, _, _ = export(tmp_path, *COMMITTED)
+    assert on_stub(many, "")["S"]["view"] == "runs"
+
+
 @needs_browser
 def test_a_hostile_hash_runs_no_script_in_a_browser(tmp_path):
     """K / J1 (issue 71): the red team's URL, opened in headless Chromium: no element of the hash in the page, the

@@ -4,11 +4,11 @@
 # committed without checkpoints), and the samples view of a short fresh run with its ckpt.pt (dyck, window w=5,
 # 300 steps, 32 test samples a length: a few minutes on one core; trained into out/dyck-short once).
 #
-#   bash results/explorer/shots.sh
+#   bash study/shots.sh
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 BROWSER=$(command -v chromium || command -v chromium-browser) || {
-    echo "results/explorer/shots.sh: needs chromium (apt-get install chromium)" >&2; exit 2; }
+    echo "study/shots.sh: needs chromium (apt-get install chromium)" >&2; exit 2; }
 PROFILE=$(mktemp -d)
 trap 'rm -rf "$PROFILE"' EXIT
 mkdir -p out
