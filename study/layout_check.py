@@ -7,6 +7,11 @@ their metrics.jsonl equal but for the wall clock.
 
     git worktree add /tmp/old 5f4ee36
     python study/layout_check.py /tmp/old --json results/checks/layout_check.json
+    git worktree add /tmp/old 0407f9f   # this round (issues 68-71): results/checks/layout_check_0407f9f.json
+    python study/layout_check.py /tmp/old --json results/checks/layout_check_0407f9f.json
+
+A metric added since the old commit (eval.json's metrics and raw_metrics) is listed, not a difference: the metrics
+both commits compute are compared.
 """
 
 import os
@@ -81,7 +86,7 @@ def compare(old: str, new: str) -> dict:
     ro, rn = runs(old), runs(new)
     if set(ro) != set(rn) or not ro:
         return {"equal": False, "why": f"run directories differ: {sorted(ro)} vs {sorted(rn)}"}
-    diffs = []
+    diffs, added = [], set()
     for k in ro:
         ck = [torch.load(os.path.join(d[k], "ckpt.pt"), map_location="cpu", weights_only=True) for d in (ro, rn)]
         for c in ck:
@@ -95,13 +100,18 @@ def compare(old: str, new: str) -> dict:
         diffs += [f"{k} ckpt{p}" for p in same_tensors(*ck)]
         ev = [read_json(os.path.join(d[k], "eval.json")) for d in (ro, rn)]
         for f in ("metrics", "acc", "val_acc", "hard_acc", "shortcuts", "K", "lengths", "raw_metrics", "full_depth"):
-            if ev[0].get(f) != ev[1].get(f):
+            a, b = ev[0].get(f), ev[1].get(f)
+            if f in ("metrics", "raw_metrics") and isinstance(a, dict) and isinstance(b, dict):  # a metric added since
+                added.update(set(b) - set(a))
+                a, b = a, {m: v for m, v in b.items() if m in a}
+            if a != b:
                 diffs.append(f"{k} eval.json {f}")
         logs = [[{a: v for a, v in parse_json(line).items() if a not in CLOCK} for line in open(os.path.join(d[k], "metrics.jsonl"))]
                 for d in (ro, rn)]
         if logs[0] != logs[1]:
             diffs.append(f"{k} metrics.jsonl")
-    return {"equal": not diffs, "runs": len(ro), **({"differences": diffs} if diffs else {})}
+    return {"equal": not diffs, "runs": len(ro), **({"differences": diffs} if diffs else {}),
+            **({"metrics_added": sorted(added)} if added else {})}
 
 
 def main(argv: list[str]) -> int:
