@@ -1,8 +1,8 @@
 """
 The reproduction study's tables, verdicts and strip plots, regenerated from the committed JSON under
-results/study/ (written by study/study.sh): the section of results/README.md between the markers
-`<!-- study:begin -->` and `<!-- study:end -->`, round two's between `<!-- round2:begin -->` and
-`<!-- round2:end -->`, and results/study/TASK.png (README.md's results lines: study/exclusions.py).
+results/study/ (written by study/study.sh): the first round's section of results/history.md between the markers
+`<!-- study:begin -->` and `<!-- study:end -->`, round two's in results/README.md between `<!-- round2:begin -->`
+and `<!-- round2:end -->`, and results/study/TASK.png (README.md's results lines: study/exclusions.py).
 
     python study/study.py        # deterministic: the same JSON gives the same bytes
 
@@ -40,12 +40,14 @@ import metrics  # noqa: E402
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
 from lab import records, stats, tables  # noqa: E402
 from lab.cli import no_arguments, run  # noqa: E402
+from lab.files import write_set  # noqa: E402
 from lab.files import atomic_write
 from study import choice  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")
 ROUND2 = os.path.join(ROOT, "results", "round2")  # part C: the main rows again at the ladder's rung (round_two)
 README = os.path.join(ROOT, "results", "README.md")
+HISTORY = os.path.join(ROOT, "results", "history.md")  # the first round's block (study), beside the notebook
 # row directory -> (label, the published row's setting in results/paper.json)
 ROWS = {"fixed": ("fixed c=T_max", "fixed c=20"), "matched": ("matched", "matched"),
         "window": ("window w=5", "window w=5"), "rl": ("rl", "rl"),
@@ -512,9 +514,9 @@ def main() -> None:
                     "round two's family, no new evidence." if choice["rung"] == "r1" else "")
         two_body += sec[:2] + [f"Rung {choice['rung']} ({choice['why']}), recorded in results/round2/{task}/choice.json; "
                                "the Recipe line below gives its command (add each row's schedule flags)." + rejudged, ""] + sec[2:]
-    tables.splice(README, "study", body or ["(no study runs yet)"])
-    tables.splice(README, "round2", two_body + [""])
-    print(f"wrote the study section of {README} ({len(tasks)} tasks)")
+    write_set({HISTORY: tables.spliced(HISTORY, "study", body or ["(no study runs yet)"]),
+               README: tables.spliced(README, "round2", two_body + [""])})  # both blocks, or neither
+    print(f"wrote the study sections of {HISTORY} and {README} ({len(tasks)} tasks)")
 
 
 if __name__ == "__main__":  # a damaged or inconsistent input (ValueError): one line naming it, exit 2
