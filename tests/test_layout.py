@@ -2,10 +2,7 @@
 imports run one way (no circle), and the copy-alone files import nothing from the project."""
 
 import ast
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
