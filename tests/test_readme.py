@@ -67,7 +67,6 @@ def test_the_readmes_run_output_is_what_its_committed_run_prints():
 
 @pytest.mark.smoke
 def test_the_readmes_file_table_names_every_root_file():
-    # the line counts beside them are kept by hand: no test counts them
     import re
     text = open(os.path.join(ROOT, "README.md")).read().split("## Files, in reading order", 1)[1].split("\n\n", 2)[1]
     named = {f for line in text.splitlines() if line.startswith("| `") for f in re.findall(r"`(\w+\.py)`", line.split(" | ")[0])}
@@ -99,3 +98,18 @@ def test_the_readmes_against_sentence_is_what_study_against_measured():
     assert len(w2) == 1 and all(p["differs"] == p["splits"] for p in wf)
     assert f"{wf[0]['differs']} of {wf[0]['splits']} draws of 5 runs" in text
     assert f"w = 2 against w = 5 in {w2[0]['differs']} of {w2[0]['splits']}:" in text
+
+
+def test_the_readmes_task_and_schedule_tables_list_what_the_code_has():
+    """Issue 69 (one home per fact): README.md's task table, its count of tasks ("the nine tasks") and its schedule
+    table name exactly tasks.TASKS and halting.SCHEDULES, so a task or schedule added (or removed) shows here."""
+    import re
+    import halting
+    import tasks
+    text = open(os.path.join(ROOT, "README.md")).read()
+    table = lambda head: [re.match(r"\| `(\w+)", line).group(1) for line in text.split(head, 1)[1].split("\n\n", 1)[0].splitlines()
+                          if re.match(r"\| `\w+", line)]
+    assert table("| task | n means |") == list(tasks.TASKS)
+    assert set(table("| schedule | training loss |")) == set(halting.SCHEDULES)
+    words = {9: "nine", 10: "ten", 11: "eleven", 12: "twelve"}
+    assert text.count(f"the {words[len(tasks.TASKS)]} tasks") == 2  # the command block and the file table
