@@ -22,7 +22,7 @@ from halting import settings
 import metrics
 import ntp
 from tasks import get_task, task_kwargs
-from lab.files import guarded, temp_file
+from lab.files import creatable, guarded, names_folder
 
 MAX_SEED = 2 ** 32 - 1
 
@@ -214,25 +214,13 @@ def check_memory(cfg, task, n_longest: int, device: str, n_lengths: int = 1) -> 
                          f"{host / 2**30:.3g} GiB allow")
 
 
-def creatable(folder: str) -> bool:
-    """Whether a file can really be created in folder: a test file, created and removed (os.access answers yes
-    to root on a read-only file system or in /proc)."""
-    try:
-        f, tmp = temp_file(os.path.join(folder, ".write-test"))
-        f.close()
-        os.remove(tmp)
-        return True
-    except OSError:
-        return False
-
-
 def file_target(flag: str, path: str) -> tuple:
     """(folder, name) of an output file as the OS will resolve `path` when it is written: the one normalisation
     every output check uses, so the check looks at the file the write creates. A path whose form names a folder
     (empty, ending in a separator, its last part '.' or '..') is refused, whatever is on disk: the string
     check saw no name in it and the write failed after the work (--html NEWDIR/)."""
     folder, name = os.path.split(path)
-    if not path or path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)) or name in ("", ".", ".."):
+    if names_folder(path):
         raise ValueError(f"{flag} {path!r}: names a folder (a path ending in '{os.sep}', '.' or '..'), not a file; "
                          f"name the file, e.g. {os.path.join(path, 'out')!r}")
     return folder or os.curdir, name

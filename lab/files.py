@@ -137,15 +137,34 @@ def rendered(content) -> bytes:
     return json_bytes(content)
 
 
+def names_folder(path: str) -> bool:
+    """Whether a path's form names a folder, whatever is on disk: empty, ending in a separator, its last part '.' or
+    '..' (the write would find no file name in it)."""
+    return (not path or path.endswith(os.sep) or bool(os.altsep and path.endswith(os.altsep))
+            or os.path.basename(path) in ("", ".", ".."))
+
+
+def creatable(folder: str) -> bool:
+    """Whether a file can really be created in folder: a test file, created and removed (os.access answers yes
+    to root on a read-only file system or in /proc)."""
+    try:
+        f, tmp = temp_file(os.path.join(folder, ".write-test"))
+        f.close()
+        os.remove(tmp)
+        return True
+    except OSError:
+        return False
+
+
 def check_target(path: str) -> None:
     """Before the first write of a set: path can be written (not a lock or a temp name, not a folder, its folder
     an existing folder we can create a file in); one line naming it otherwise (ValueError)."""
     name, folder = os.path.basename(path), os.path.dirname(path) or os.curdir
-    why = ("" if name and name not in (".", "..") else "names a folder, not a file") or (
+    why = ("names a folder, not a file" if names_folder(path) else "") or (
         f"{guarded(path)}" if name == LOCK or TEMP.match(name) else "") or (
         "is a folder" if os.path.isdir(path) else "") or (
         f"its folder {folder} is missing" if not os.path.isdir(folder) else "") or (
-        f"its folder {folder} is not writable" if not os.access(folder, os.W_OK | os.X_OK) else "")
+        f"its folder {folder} is not writable" if not creatable(folder) else "")
     if why:
         raise ValueError(f"cannot write {path}: {why}; nothing written")
 

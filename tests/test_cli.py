@@ -22,7 +22,7 @@ import config
 import evaluate
 import theory_checks
 import train
-from lab import checkpoint, checks, cli
+from lab import checkpoint, checks, cli, files
 from lab.cli import run
 
 from conftest import ROOT, TINY, call, one_line, run_cli, snapshot, synthetic_eval, write_run
@@ -246,7 +246,7 @@ def test_bench_refuses_to_measure_nothing_and_plot_needs_a_real_folder(base, tmp
         bench.parse_args(["--only_stack", "--stacks", ""])
     err = one_line(capsys, call(evaluate.cli, [str(base), "--plot", "/proc/x"]))
     assert "--plot" in err and "/proc" in err
-    assert checks.creatable(str(tmp_path)) and os.listdir(tmp_path) == []  # the probe leaves nothing behind
+    assert files.creatable(str(tmp_path)) and os.listdir(tmp_path) == []  # the probe leaves nothing behind
 
 
 def test_readouts_with_too_many_samples_are_refused_before_any_work(tmp_path, capsys):
