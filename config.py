@@ -148,7 +148,8 @@ def knobs_of(schedule: str) -> list[str]:
 
 
 # flags read only under a switch: named with the switch off, the run would not read them
-NEEDS = {"curriculum_start": "curriculum", "curriculum_every": "curriculum", "ema_start": "ema"}
+NEEDS = {"curriculum_start": ("curriculum", "--curriculum"), "curriculum_every": ("curriculum", "--curriculum"),
+         "ema_start": ("ema", "--ema DECAY (> 0)")}  # flag: (the switch's field, how to turn it on)
 
 
 def check_unread(cfg: Config, given: set) -> None:
@@ -164,8 +165,8 @@ def check_unread(cfg: Config, given: set) -> None:
         if f.name not in given or v == f.default:
             continue
         flag = f"--no-{f.name}" if v is False else f"--{f.name} {v}"
-        if f.name in NEEDS and not getattr(cfg, NEEDS[f.name]):
-            switch = "--curriculum" if NEEDS[f.name] == "curriculum" else "--ema DECAY (> 0)"
+        if f.name in NEEDS and not getattr(cfg, NEEDS[f.name][0]):
+            switch = NEEDS[f.name][1]
             raise ValueError(f"{flag}: read only with {switch}, which is off; add it or drop {flag.split()[0]}")
         if f.name in ntp.UNREAD.get(cfg.schedule, ()):
             raise ValueError(f"{flag}: the NTP baseline {cfg.schedule} does not read it (it scores itself at its one "

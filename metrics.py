@@ -201,16 +201,18 @@ def argmax_first(v: list[float]) -> int:
     return max(range(len(v)), key=lambda k: (v[k], -k))
 
 
+def pct(vals: list, idx: list[int]) -> float | None:
+    """The mean in % of vals (accuracies in [0, 1], one a length) over the lengths idx that have a value."""
+    vals = [vals[i] for i in idx if vals[i] is not None]
+    return 100 * statistics.fmean(vals) if vals else None
+
+
 def metrics(lengths: list[int], rows: list[dict], shortcuts: dict, n_max: int, K: list[int] = None) -> dict:
     """Every summary of the per-length rows. Accuracies in %, Gap in pp; None where nothing was tested.
     K: the depth of each column of acc (default 1, 2, ..); one column for a fixed-depth model."""
     K = K or list(range(1, len(rows[0]["acc"]) + 1))
     ood = [i for i, n in enumerate(lengths) if n > n_max]
     ind = [i for i, n in enumerate(lengths) if n <= n_max]
-
-    def pct(vals, idx):  # mean in %, over the lengths that have a value
-        vals = [vals[i] for i in idx if vals[i] is not None]
-        return 100 * statistics.fmean(vals) if vals else None
 
     acc = [r["acc"] for r in rows]
     oracle = [max(a) for a in acc]  # Oracle(n) = max_K acc[n][K]

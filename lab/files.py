@@ -89,12 +89,18 @@ def cannot_write(path: str, err: OSError) -> OSError:
     return failed
 
 
+def never_written(path: str) -> str:
+    """Why no writer of the lab writes path, '' where it may: a run's lock or a write's temp file (guarded; a run's
+    own record files are written by the run itself, so only an output flag is kept off them)."""
+    name = os.path.basename(path)
+    return guarded(path) if name == LOCK or TEMP.match(name) else ""
+
+
 def staged(path: str, write) -> str:
     """The temp file of an atomic write of `path` (temp_file), written by write(f) and fsynced; its name. A failure
     (a full disk) leaves no temp file: an OSError naming path. A lock or a temp file name is refused (ValueError)."""
-    name = os.path.basename(path)
-    if name == LOCK or TEMP.match(name):
-        raise ValueError(f"{path}: {guarded(path)}; nothing written")
+    if why := never_written(path):
+        raise ValueError(f"{path}: {why}; nothing written")
     tmp = None
     try:
         f, tmp = temp_file(path)
@@ -159,9 +165,9 @@ def creatable(folder: str) -> bool:
 def check_target(path: str) -> None:
     """Before the first write of a set: path can be written (not a lock or a temp name, not a folder, its folder
     an existing folder we can create a file in); one line naming it otherwise (ValueError)."""
-    name, folder = os.path.basename(path), os.path.dirname(path) or os.curdir
+    folder = os.path.dirname(path) or os.curdir
     why = ("names a folder, not a file" if names_folder(path) else "") or (
-        f"{guarded(path)}" if name == LOCK or TEMP.match(name) else "") or (
+        never_written(path)) or (
         "is a folder" if os.path.isdir(path) else "") or (
         f"its folder {folder} is missing" if not os.path.isdir(folder) else "") or (
         f"its folder {folder} is not writable" if not creatable(folder) else "")

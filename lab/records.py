@@ -15,7 +15,6 @@ import dataclasses
 import json
 import math
 import os
-import statistics
 
 import torch
 
@@ -172,10 +171,6 @@ def consistent(e: dict) -> None:
     ood = [i for i, n in enumerate(e["lengths"]) if n > e["n_max"]]
     ind = [i for i, n in enumerate(e["lengths"]) if n <= e["n_max"]]
 
-    def pct(vals, idx):
-        vals = [vals[i] for i in idx if vals[i] is not None]
-        return 100 * statistics.fmean(vals) if vals else None
-
     def same(key, got, want, how, i=None, src="acc"):
         if got is None and want is None:
             return
@@ -192,15 +187,15 @@ def consistent(e: dict) -> None:
             if m["val_k"][i] not in K:
                 raise ValueError(f"metrics 'val_k'[{i}] is {show(m['val_k'][i])}, not a depth of 'K'")
             same("val_k_acc", m["val_k_acc"][i], acc[i][K.index(m["val_k"][i])], "acc[n][val-K]", i)
-    same("oracle_ood", m["oracle_ood"], pct(oracle, ood), "the mean of max_K acc[n][K] over the OOD lengths, in %")
-    same("oracle_id", m["oracle_id"], pct(oracle, ind), "the mean of max_K acc[n][K] over the ID lengths, in %")
+    same("oracle_ood", m["oracle_ood"], metrics.pct(oracle, ood), "the mean of max_K acc[n][K] over the OOD lengths, in %")
+    same("oracle_id", m["oracle_id"], metrics.pct(oracle, ind), "the mean of max_K acc[n][K] over the ID lengths, in %")
     if m["oracle_ood"] is not None and m["policy_ood"] is not None:  # Gap = Oracle OOD - Policy OOD
         same("gap", m["gap"], m["oracle_ood"] - m["policy_ood"], "Gap, in points", src="oracle_ood - policy_ood")
     if hard is not None and "oracle_hard" in m:
         oh = [None if h is None else max(h) for h in hard]
         for i, o in enumerate(oh):
             same("oracle_hard", m["oracle_hard"][i], o, "max_K hard_acc[n][K]", i, src="hard_acc")
-        same("oracle_hard_ood", m["oracle_hard_ood"], pct(oh, ood), "the mean of max_K hard_acc[n][K] over the OOD "
+        same("oracle_hard_ood", m["oracle_hard_ood"], metrics.pct(oh, ood), "the mean of max_K hard_acc[n][K] over the OOD "
              "lengths, in %", src="hard_acc")
     for key, want in metrics.depth_use(e["lengths"], acc, hard, e["n_max"], K).items():
         if key in m:

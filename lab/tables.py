@@ -82,13 +82,13 @@ def group_runs(evals: list) -> dict:
     edits, edits, differ), each edit is a row of its own, labelled `uncommitted=MARK`: an edited halting.py may be
     another method under the same settings (run_key, which --against compares, does not hold them). Runs that all
     ran the same code keep one row and their label, whatever the tree's state (a test run on an edited checkout)."""
+    keyed = [(run_key(e), edits(e), e) for e in evals]
     code = {}
-    for e in evals:
-        code.setdefault(run_key(e), set()).add(edits(e))
+    for k, edit, _ in keyed:
+        code.setdefault(k, set()).add(edit)
     by_key = {}
-    for e in evals:
-        k = run_key(e)
-        by_key.setdefault((k, edits(e) if len(code[k]) > 1 else ()), []).append(e)
+    for k, edit, e in keyed:
+        by_key.setdefault((k, edit if len(code[k]) > 1 else ()), []).append(e)
     groups = {}
     for (key, edit), runs in by_key.items():
         k = dict(key)
