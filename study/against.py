@@ -43,6 +43,7 @@ from lab import compare, records, stats, tables  # noqa: E402
 from lab.cli import run  # noqa: E402
 from lab.files import read_json, write_json, write_set  # noqa: E402
 from study import chaos as perturbation  # noqa: E402  (the perturbation study's slots and their check)
+from study import study as protocol  # noqa: E402  (the reproduction study's declared seeds)
 
 CHAOS = os.path.join(ROOT, "results", "chaos", "dyck")
 STUDY = os.path.join(ROOT, "results", "study", "dyck")
@@ -54,7 +55,7 @@ DESIGNS = {"a": "held-out runs of the same seeds (1 run of each of 5 seeds vs th
            "b": "fresh seeds, one run each (5 of round two's 16 vs the row's 50)",
            "c": "whole clusters (5 seeds x 5 runs vs the other 5 seeds' 25)"}
 PER_ROW, DRAWS = 70, 100
-FRESH = range(0, 16)  # round two's dyck seeds a row (results/study/dyck/ROW/seedK, one run each)
+FRESH = protocol.declared("window")  # round two's dyck seeds a row (results/study/dyck/ROW/seedK, one run each)
 CHANGED_SEEDS, CHANGED_FLAGS = range(300, 310), "--schedule window --w 2"  # study/against.sh's 10 runs
 
 

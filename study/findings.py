@@ -48,7 +48,7 @@ from study import chaos, study  # noqa: E402
 
 ROWS = ("fixed", "window", "rl")
 HARD, ALL = "oracle_hard_ood", "oracle_ood"
-ROUND_TWO = range(0, 16)  # round two's dyck seeds a row (results/study/dyck/ROW, one run each): all are read
+ROUND_TWO = study.declared("window")  # round two's dyck seeds a row (results/study/dyck/ROW, one run each): all are read
 # the keys of results/exclusions.json the README's Results read (study/exclusions.py writes them), checked first
 EXCLUSION_KEYS = (("spreads", "copy_gap", "window", "gap"), ("spreads", "copy_gap", "window", "gap_fixed"),
                   ("spreads", "copy_gap", "paper", "window"), ("spreads", "copy_gap", "paper", "fixed"),
