@@ -1,21 +1,6 @@
-"""
-Files the lab writes and reads, safely: every write is atomic, every JSON read bounded, every run directory locked.
-
-    atomic_write(path, write)   the one way a file is written: a temp file beside it (temp_file), fsync, rename; a
-                                crash or a full disk leaves the old file or the new one, never half
-    staged, publish             its two halves: the temp file written and fsynced, then renamed (write_set, and a
-                                --stack chunk's checkpoints, which commit together, use them)
-    write_json(path, obj)       atomic_write of a JSON document
-    write_set({path: content})  the one way a multi-file output is written: every file rendered and every target
-                                checked before the first write, every temp file written before the first rename; a
-                                failure names the files already replaced (none, unless a rename itself fails)
-    load_json(path)             the one way a JSON file is read: a regular file only (a FIFO is refused, not waited
-                                on), at most MAX_JSON bytes, UTF-8; read_json names the file in its error
-    Lock(dir)                   an exclusive OS lock (fcntl.flock) on a run directory: a second process stops (exit 2);
-                                the lock dies with its process, however it dies; a linked .lock is refused
-    guarded(path)               the one rule guarding a run's own files: why no output flag may name path (its
-                                files, its .lock, a write's temp file NAME.tmpPID), '' where one may
-"""
+"""Files the lab writes and reads, safely: every write atomic (atomic_write, write_set: a crash leaves the old file
+or the new one, never half), every JSON read bounded (load_json), every run directory locked (Lock), a run's own
+files guarded by name (guarded)."""
 
 import fcntl
 import json
@@ -28,19 +13,16 @@ from lab.cli import ctrl_c_after
 
 RUN_FILES = ("config.json", "ckpt.pt", "metrics.jsonl", "eval.json", "readouts.json")
 OWN_FILES = RUN_FILES + ("summary.json",)  # every file the project writes into a run or sweep folder
-# the temp file of an interrupted atomic write of one of them (cli.temp_file: NAME.tmpPID or NAME.tmpPID.N)
+# the temp file of an interrupted atomic write of one of them (temp_file: NAME.tmpPID or NAME.tmpPID.N)
 OWN_TEMP = re.compile(r"^(" + "|".join(re.escape(f) for f in OWN_FILES) + r")\.tmp(\d+)(\.\d+)?$")
 LOCK = ".lock"  # the lock file of a run or sweep folder (Lock): held open by the process that trains there
 TEMP = re.compile(r"^.+\.tmp\d+(\.\d+)?$")  # the temp file of any atomic write in progress (temp_file)
 
 
 def guarded(path: str) -> str:
-    """The one rule guarding a run's own files, which every output a user names (evaluate.py --out / --html,
-    bench.py and theory_checks.py --json: lab/checks.check_output) and every atomic_write inherits: why `path`
-    may not be written there, '' where it may. By name, so a run that does not exist yet is guarded too: a
-    run's own file (OWN_FILES: its record would be replaced), its lock (.lock: another process may hold it,
-    and a replaced lock lets a second one train the held run), a write's temp file (NAME.tmpPID or
-    NAME.tmpPID.N: the write in progress would publish our file, or lose its own)."""
+    """Why `path` may not be named by an output flag, '' where it may: by name, so that a run not yet made is
+    guarded too (its own file would be replaced, a replaced .lock lets a second process train the run, a temp file
+    would be published or lost)."""
     name = os.path.basename(path)
     if name in OWN_FILES:
         return f"{name} is the name of a run's own file ({', '.join(OWN_FILES)}), which it would replace"
@@ -52,11 +34,10 @@ def guarded(path: str) -> str:
                 f"it would replace")
     return ""
 
+
 def temp_file(path: str) -> tuple:
-    """(an open binary file, its name) for the temp file of an atomic write of `path`: NAME.tmpPID in path's own
-    folder (os.replace is atomic only within one file system), or NAME.tmpPID.N if that name is taken. Created
-    with O_EXCL | O_NOFOLLOW: it is always a new file of ours, never a symlink or a file someone planted there
-    (writing through one would write outside the folder)."""
+    """(an open binary file, its name): a new file NAME.tmpPID (or NAME.tmpPID.N) in path's own folder, created
+    with O_EXCL | O_NOFOLLOW, so never a symlink or a file planted there."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     for i in range(100):
         tmp = f"{path}.tmp{os.getpid()}" + (f".{i}" if i else "")
@@ -68,18 +49,32 @@ def temp_file(path: str) -> tuple:
 
 
 def atomic_write(path: str, write) -> None:
-    """The one way the project writes a file (checkpoints, config.json, eval.json, tables, README blocks, plots):
-    a new temp file in the same folder (temp_file), fsync, os.replace. A crash or a full disk leaves the old file
-    or the new one, never half, and no temp file; a Ctrl-C during the write takes effect once it is done. A
-    symlink at `path` is replaced by the file (what it pointed to is not written). A failure is an OSError naming
-    the file (cli.run: one line, exit 1). A lock or a temp file name (guarded) is never written: ValueError."""
+    """Write `path` by write(f) on a temp file, fsynced and renamed over it; a Ctrl-C takes effect once it is done.
+    A failure is an OSError naming the file; a lock or a temp file name is refused (ValueError)."""
+    commit({path: write})
+
+
+def commit(writers: dict) -> None:
+    """{path: write}: every temp file written (staged) before the first rename (publish), none left behind; a
+    failed rename names the files already replaced. A Ctrl-C takes effect once all are written."""
     with ctrl_c_after():
-        tmp = staged(path, write)
+        temps = {}
         try:
-            publish(path, tmp)
+            for path, write in writers.items():
+                temps[path] = staged(path, write)
+            done = []
+            for path, tmp in temps.items():
+                try:
+                    publish(path, tmp)
+                except OSError as err:
+                    if done:
+                        err = OSError(f"{err}; already replaced: {', '.join(done)} (write the set again)")
+                    raise err from None
+                done.append(path)
         finally:
-            if os.path.lexists(tmp):
-                os.remove(tmp)
+            for tmp in temps.values():
+                if os.path.lexists(tmp):
+                    os.remove(tmp)
 
 
 def cannot_write(path: str, err: OSError) -> OSError:
@@ -90,15 +85,14 @@ def cannot_write(path: str, err: OSError) -> OSError:
 
 
 def never_written(path: str) -> str:
-    """Why no writer of the lab writes path, '' where it may: a run's lock or a write's temp file (guarded; a run's
-    own record files are written by the run itself, so only an output flag is kept off them)."""
+    """Why no writer of the lab writes path (a lock or a temp file: guarded), '' where it may."""
     name = os.path.basename(path)
     return guarded(path) if name == LOCK or TEMP.match(name) else ""
 
 
 def staged(path: str, write) -> str:
-    """The temp file of an atomic write of `path` (temp_file), written by write(f) and fsynced; its name. A failure
-    (a full disk) leaves no temp file: an OSError naming path. A lock or a temp file name is refused (ValueError)."""
+    """The name of a temp file for `path`, written by write(f) and fsynced; a failure leaves none (an OSError
+    naming path). A lock or a temp file name is refused (ValueError)."""
     if why := never_written(path):
         raise ValueError(f"{path}: {why}; nothing written")
     tmp = None
@@ -144,15 +138,14 @@ def rendered(content) -> bytes:
 
 
 def names_folder(path: str) -> bool:
-    """Whether a path's form names a folder, whatever is on disk: empty, ending in a separator, its last part '.' or
-    '..' (the write would find no file name in it)."""
+    """Whether a path's form names a folder, whatever is on disk (empty, a trailing separator, '.' or '..')."""
     return (not path or path.endswith(os.sep) or bool(os.altsep and path.endswith(os.altsep))
             or os.path.basename(path) in ("", ".", ".."))
 
 
 def creatable(folder: str) -> bool:
-    """Whether a file can really be created in folder: a test file, created and removed (os.access answers yes
-    to root on a read-only file system or in /proc)."""
+    """Whether a file can really be created in folder: a test file created and removed (os.access answers yes
+    to root on a read-only file system)."""
     try:
         f, tmp = temp_file(os.path.join(folder, ".write-test"))
         f.close()
@@ -163,8 +156,7 @@ def creatable(folder: str) -> bool:
 
 
 def check_target(path: str) -> None:
-    """Before the first write of a set: path can be written (not a lock or a temp name, not a folder, its folder
-    an existing folder we can create a file in); one line naming it otherwise (ValueError)."""
+    """Before the first write of a set: path can be written; one line naming it otherwise (ValueError)."""
     folder = os.path.dirname(path) or os.curdir
     why = ("names a folder, not a file" if names_folder(path) else "") or (
         never_written(path)) or (
@@ -176,41 +168,19 @@ def check_target(path: str) -> None:
 
 
 def write_set(files: dict) -> None:
-    """The one way a multi-file output is written ({path: bytes, str or a JSON object}), so its files never
-    disagree: every file rendered (rendered) and every target checked (check_target) before the first write, then
-    every temp file written and fsynced (staged: a full disk fails here, with nothing replaced) before the first
-    rename (publish). If a rename still fails, the error names the files already replaced. A Ctrl-C takes effect
-    once the set is written."""
+    """Write {path: bytes, str or a JSON object} so that its files never disagree: every file rendered and every
+    target checked before the first write, then commit."""
     data = {path: rendered(content) for path, content in files.items()}
     for path in data:
         check_target(path)
-    with ctrl_c_after():
-        temps = {}
-        try:
-            for path, b in data.items():
-                temps[path] = staged(path, lambda f, b=b: f.write(b))
-            done = []
-            for path, tmp in temps.items():
-                try:
-                    publish(path, tmp)
-                except OSError as err:
-                    if done:
-                        err = OSError(f"{err}; already replaced: {', '.join(done)} (write the set again)")
-                    raise err from None
-                done.append(path)
-        finally:
-            for tmp in temps.values():
-                if os.path.lexists(tmp):
-                    os.remove(tmp)
+    commit({path: lambda f, b=b: f.write(b) for path, b in data.items()})
 
 
-# the largest JSON file the project reads (eval.json of a long grid is ~1 MB; a metrics line far less)
-MAX_JSON = 64 * 2 ** 20
+MAX_JSON = 64 * 2 ** 20  # the largest JSON file the project reads (eval.json of a long grid is ~1 MB)
 
 
 def parse_json(text):
-    """json.loads, with a structure nested deeper than the interpreter's recursion allows (a RecursionError
-    traceback from json) turned into a ValueError like any other malformed text."""
+    """json.loads, a structure nested too deeply (RecursionError) a ValueError like any other malformed text."""
     try:
         return json.loads(text)
     except RecursionError:
@@ -218,9 +188,8 @@ def parse_json(text):
 
 
 def read_text(path: str) -> str:
-    """The one way the project reads a file it wrote (load_json's JSON files, a run's metrics.jsonl): a regular file
-    only (opened without blocking, so a FIFO is refused instead of hanging the reader), at most MAX_JSON bytes,
-    UTF-8. Raises OSError or ValueError (the reason alone: the caller names the file)."""
+    """A file the project wrote: a regular file only (opened without blocking: a FIFO is refused, not waited on), at
+    most MAX_JSON bytes, UTF-8. Raises OSError or ValueError (the reason alone: the caller names the file)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
@@ -236,9 +205,7 @@ def read_text(path: str) -> str:
 
 
 def load_json(path: str):
-    """The one way the project reads a JSON file (eval.json, config.json, choice.json, readouts.json, chaos.json,
-    the results' records): read_text, parsed by parse_json. Raises OSError or ValueError (the reason alone: the
-    caller names the file)."""
+    """read_text, parsed by parse_json (OSError or ValueError: the caller names the file)."""
     return parse_json(read_text(path))
 
 
@@ -251,11 +218,8 @@ def read_json(path: str):
 
 
 class Lock:
-    """An exclusive lock on a run directory (created if needed): an OS lock (fcntl.flock) on the file .lock, which
-    names its holder (pid and host). The OS releases the lock when its process ends, however it ends (SIGKILL
-    too), so the .lock of a dead process is simply locked again: no check-then-act. The lock is on the file
-    that .lock names when it is taken (a holder that removed it meanwhile means: open it again), and a holder
-    removes only its own. On entry, temp files of the project's killed writers (NAME.tmpPID) are removed."""
+    """An exclusive lock (fcntl.flock) on a run directory's .lock, which names its holder. The OS releases it when
+    its process ends (SIGKILL too); on entry, temp files of the project's killed writers are removed."""
 
     def __init__(self, d: str):
         self.d, self.path, self.fd = d, os.path.join(d, LOCK), None
@@ -287,20 +251,20 @@ class Lock:
         return self
 
     def open(self) -> int:
-        """.lock, opened (created if missing) without following a symlink: a .lock that is a link, or a file with
-        other names (a hard link), could be anyone's file, and writing our name into it would destroy it."""
+        """.lock, opened (created if missing) without following a symlink: a link or a hard-linked file could be
+        anyone's, and writing our name into it would destroy it."""
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError:
             if os.path.islink(self.path):
-                raise ValueError(f"--out_dir {self.d}: its lock {self.path} is a symlink (to {os.readlink(self.path)}); "
-                                 f"a run's lock is its own file: remove the link") from None
+                raise ValueError(f"--out_dir {self.d}: its lock {self.path} is a symlink (to "
+                                 f"{os.readlink(self.path)}); a run's lock is its own file: remove the link") from None
             raise
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
             os.close(fd)
-            raise ValueError(f"--out_dir {self.d}: its lock {self.path} is not a file of its own (a hard link, or not a "
-                             f"regular file); remove it")
+            raise ValueError(f"--out_dir {self.d}: its lock {self.path} is not a file of its own (a hard link, or not "
+                             f"a regular file); remove it")
         return fd
 
     def __exit__(self, *exc):

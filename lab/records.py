@@ -1,15 +1,5 @@
-"""
-eval.json on disk: the schema every reader relies on, a run's file loaded and checked, the runs below a
-folder, and a finished run's checkpoint rebuilt for post-hoc readouts.
-
-    find_runs(paths)       every run directory (an eval.json) at or below the paths, each once
-    load_eval(run_dir)     its eval.json, checked against REQUIRED / METRICS (keys) and the *_KINDS (the type of
-                           every value a reader uses), then its numbers (check_numbers: finite, within their
-                           scale, the summaries those of its own matrices): one line naming the file, the key and
-                           the value otherwise; a file written before the depth-use metrics (DEPTH_METRICS) gains
-                           them from its acc / hard_acc
-    load_run(run_dir)      (cfg, task, model, schedule) with the weights eval.json measured (EMA if kept)
-"""
+"""eval.json on disk: the runs below some folders (find_runs), a run's eval.json loaded and checked against the
+schema every reader relies on (load_eval), and a finished run's checkpoint rebuilt for readouts (load_run)."""
 
 import dataclasses
 import json
@@ -25,10 +15,8 @@ from lab.files import load_json
 
 
 def find_runs(paths: list[str]) -> list[str]:
-    """Every directory at or below the given paths that holds an eval.json, each once (a folder given
-    twice, a folder and its subfolder, or a symlink to a folder already seen, count once). Symlinked
-    folders are followed (a seed linked into a sweep is one of its seeds). A folder that cannot be listed
-    (chmod 000) is refused, not skipped: the runs below it would be missing from the table without a word."""
+    """Every directory at or below the paths that holds an eval.json, each once (symlinks followed). A folder that
+    cannot be listed is refused, not skipped: its runs would be missing from the table without a word."""
     def unreadable(err: OSError):
         raise ValueError(f"cannot read the folder {err.filename!r} ({err.strerror or err}): the runs below it would be "
                          f"left out of the table; fix its permissions, or name the folders beside it instead")
@@ -56,27 +44,25 @@ METRICS = {"oracle", "oracle_ood", "oracle_id", "policy", "policy_ood", "policy_
            "id_k_ood", "gap", "tn_ood", "per_sample_oracle_ood", "front90", "flip_curve", "flip_rate",
            "policy_depth_ood", "stable_interval", "shortcuts", "shortcut_ood", "shortcut_ood_name"}
 HARD_METRICS = {"oracle_hard_ood", "val_k_hard_ood", "policy_hard_ood", "hard_frac"}
-PER_LENGTH = ("oracle", "policy", "val_k_acc", "stable_interval")
-# metrics.depth_use, computed from acc / hard_acc when an older eval.json lacks them (the hard ones with hard_acc)
+# metrics.depth_use, computed from acc / hard_acc when an older eval.json lacks them
 DEPTH_METRICS = {"k1_ood", "loop_gain_ood", "settle_k_ood"}
 HARD_DEPTH_METRICS = {"k1_hard_ood", "loop_gain_hard_ood", "settle_k_hard_ood"}
 
-# The type of every value the readers use (metrics.format_run, tables.py, plots.py, train.py --resume, the
-# results/ scripts), checked when present (the keys above must be): a kind, or [kind] for a list with one
-# value per test length. Accuracies and their summaries are None where nothing was tested (metrics.metrics).
-KINDS = {  # kind: (test, words)
-    "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
-    "number?": (lambda v: v is None or isinstance(v, (int, float)) and not isinstance(v, bool), "a number or null"),
-    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    "int?": (lambda v: v is None or isinstance(v, int) and not isinstance(v, bool), "an integer or null"),
-    "str": (lambda v: isinstance(v, str), "a string"),
-    "str?": (lambda v: v is None or isinstance(v, str), "a string or null"),
-    "bool": (lambda v: isinstance(v, bool), "true or false"),
-    "scalar": (lambda v: v is None or isinstance(v, (str, int, float)), "a string, number, boolean or null"),
-}
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# The type of every value the readers use, checked when present: a kind, or [kind] for a list with one value per
+# test length. Accuracies and their summaries are None where nothing was tested (metrics.metrics).
+KINDS = {"number": (is_number, "a number"), "int": (lambda v: is_number(v) and isinstance(v, int), "an integer"),
+         "str": (lambda v: isinstance(v, str), "a string")}  # kind: (test, words); KIND? also takes None
+KINDS.update({k + "?": (lambda v, t=t: v is None or t(v), f"{w} or null") for k, (t, w) in KINDS.items()})
+KINDS.update({"bool": (lambda v: isinstance(v, bool), "true or false"),
+              "scalar": (lambda v: v is None or isinstance(v, (str, int, float)), "a string, number, boolean or null")})
 METRIC_KINDS = {
-    **dict.fromkeys(["oracle", "policy", "val_k_acc", "stable_interval", "per_sample_oracle", "policy_depth", "hard_frac",
-                     "full_depth_acc"], ["number"]),
+    **dict.fromkeys(["oracle", "policy", "val_k_acc", "stable_interval", "per_sample_oracle", "policy_depth",
+                     "hard_frac", "full_depth_acc"], ["number"]),
     **dict.fromkeys(["tn_acc", "id_k_acc", "oracle_hard"], ["number?"]),
     "val_k": ["int"],
     **dict.fromkeys(["oracle_ood", "oracle_id", "policy_ood", "policy_id", "val_k_ood", "id_k_ood", "gap", "tn_ood",
@@ -88,26 +74,26 @@ METRIC_KINDS = {
     **dict.fromkeys(["shortcut_ood_name", "shortcut_id_name", "shortcut_hard_ood_name"], "str?"),
 }
 TOP_KINDS = {"train_time_s": "number", "eval_time_s": "number", "steps": "int", "full_depth": "int?"}
-# a config value has the type of its Config field (a float field takes an integer too, as Config does);
-# a setting Config no longer has must still be a plain value (tables.run_key hashes every one)
+# a config value has the type of its Config field (a float field takes an integer too); a setting Config no longer
+# has must still be a plain value (tables.run_key hashes every one)
 CONFIG_KINDS = {f.name: {bool: "bool", int: "int", float: "number", str: "str"}[type(f.default)]
                 for f in dataclasses.fields(Config)}
 
 
-# The scale of every number of a run's metrics (check_numbers): a summary of accuracies in % (0..100), a per-length
-# accuracy, a share and the matrices in [0, 1], a difference of accuracies in points (-100..100), and every other
-# number (a depth, a length, a count) >= 0; every one finite. A key in none of these sets is checked finite.
-PERCENT = {"oracle_ood", "oracle_id", "policy_ood", "policy_id", "val_k_ood", "id_k_ood", "tn_ood", "per_sample_oracle_ood",
-           "shortcut_ood", "shortcut_id", "full_depth_ood", "full_depth_id", "oracle_hard_ood", "val_k_hard_ood",
-           "id_k_hard_ood", "policy_hard_ood", "shortcut_hard_ood", "k1_ood", "k1_hard_ood"}
-FRACTION = {"oracle", "policy", "val_k_acc", "per_sample_oracle", "hard_frac", "full_depth_acc", "tn_acc", "id_k_acc",
-            "oracle_hard", "flip_curve", "flip_rate"}
+# The scale of every number of a run's metrics (check_numbers): a summary of accuracies in %, a per-length accuracy,
+# a share and the matrices in [0, 1], a difference of accuracies in points, a depth, a length or a count >= 0;
+# every one finite (a key in none of these sets is only checked finite).
+PERCENT = {"oracle_ood", "oracle_id", "policy_ood", "policy_id", "val_k_ood", "id_k_ood", "tn_ood",
+           "per_sample_oracle_ood", "shortcut_ood", "shortcut_id", "full_depth_ood", "full_depth_id", "oracle_hard_ood",
+           "val_k_hard_ood", "id_k_hard_ood", "policy_hard_ood", "shortcut_hard_ood", "k1_ood", "k1_hard_ood"}
+FRACTION = {"oracle", "policy", "val_k_acc", "per_sample_oracle", "hard_frac", "full_depth_acc", "tn_acc",
+            "id_k_acc", "oracle_hard", "flip_curve", "flip_rate"}
 POINTS = {"gap", "loop_gain_ood", "loop_gain_hard_ood"}
 AT_LEAST_0 = {"policy_depth", "policy_depth_ood", "stable_interval", "front90", "val_k", "id_k", "settle_k_ood",
               "settle_k_hard_ood"}
 SCALES = {"%": (0, 100, "an accuracy in % (0..100)"), "[0, 1]": (0, 1, "an accuracy or a share in [0, 1]"),
-          "pp": (-100, 100, "a difference of accuracies in points (-100..100)"), ">= 0": (0, math.inf, "a number >= 0"),
-          "finite": (-math.inf, math.inf, "a finite number")}
+          "pp": (-100, 100, "a difference of accuracies in points (-100..100)"),
+          ">= 0": (0, math.inf, "a number >= 0"), "finite": (-math.inf, math.inf, "a finite number")}
 TOLERANCE = 1e-6  # a summary recomputed from the run's own matrices: equal up to float rounding (in its own unit)
 
 
@@ -117,19 +103,15 @@ def scale(key: str) -> str:
 
 
 def check_number(where: str, v, kind: str) -> None:
-    """v (a number, or None where nothing was tested) finite and within its scale (SCALES), else one line naming
-    where and the value."""
+    """v (a number, or None where nothing was tested) finite and within its scale (SCALES)."""
     lo, hi, words = SCALES[kind]
     if v is not None and not (math.isfinite(v) and lo <= v <= hi):
         raise ValueError(f"{where} is {show(v)}, not {words}")
 
 
 def check_numbers(e: dict) -> None:
-    """The one number check of a run (after the type checks): the matrices acc / hard_acc and the top-level
-    shortcuts finite in [0, 1]; every number of metrics and raw_metrics finite and within its scale; the times
-    finite >= 0; and metrics consistent with the run's own matrices (Oracle per length and its ID / OOD means,
-    the stable interval, val-K's accuracy, the hard subset's Oracle and the depth use), so that a summary a reader
-    trusts is the one the matrices give (raw_metrics, of the raw weights, have no matrices of their own)."""
+    """The one number check of a run (after the type checks): every number finite and within its scale, and
+    metrics consistent with the run's own matrices (raw_metrics, of the raw weights, have none of their own)."""
     acc, hard, L = e["acc"], e.get("hard_acc"), len(e["lengths"])
     for name, mat in (("acc", acc), ("hard_acc", hard)):
         for i, row in enumerate(mat or []):
@@ -138,7 +120,8 @@ def check_numbers(e: dict) -> None:
     cuts = e.get("shortcuts")
     if cuts is not None:
         if not isinstance(cuts, dict) or not all(isinstance(v, list) and len(v) == L for v in cuts.values()):
-            raise ValueError(f"'shortcuts' must map each predictor to one accuracy per test length ({L}), got {show(cuts)}")
+            raise ValueError(f"'shortcuts' must map each predictor to one accuracy per test length ({L}), "
+                             f"got {show(cuts)}")
         for k, v in cuts.items():
             for i, a in enumerate(v):
                 check_value(f"'shortcuts'[{k!r}][{i}]", a, "number?")
@@ -147,26 +130,22 @@ def check_numbers(e: dict) -> None:
         if key in e:
             check_number(repr(key), e[key], ">= 0")
     for name in ("metrics", "raw_metrics"):
-        m = e.get(name)
-        if m is None:
-            continue
-        for key, v in m.items():
+        for key, v in (e.get(name) or {}).items():
             if key == "shortcuts":
                 for k, split in v.items():
                     for part, a in split.items():
                         check_number(f"{name} 'shortcuts'[{k!r}][{part!r}]", a, "%")
             elif isinstance(v, list):
                 for i, x in enumerate(v):
-                    if KINDS["number"][0](x):
+                    if is_number(x):
                         check_number(f"{name} {key!r}[{i}]", x, scale(key))
-            elif KINDS["number"][0](v):
+            elif is_number(v):
                 check_number(f"{name} {key!r}", v, scale(key))
     consistent(e)
 
 
 def consistent(e: dict) -> None:
-    """metrics as its own acc / hard_acc give them (metrics.metrics, metrics.depth_use), where it holds the key:
-    one line naming the key, its value and the matrices' otherwise."""
+    """metrics as its own acc / hard_acc give them (metrics.metrics, metrics.depth_use), where it holds the key."""
     m, acc, hard, K = e["metrics"], e["acc"], e.get("hard_acc"), e["K"]
     ood = [i for i, n in enumerate(e["lengths"]) if n > e["n_max"]]
     ind = [i for i, n in enumerate(e["lengths"]) if n <= e["n_max"]]
@@ -187,16 +166,16 @@ def consistent(e: dict) -> None:
             if m["val_k"][i] not in K:
                 raise ValueError(f"metrics 'val_k'[{i}] is {show(m['val_k'][i])}, not a depth of 'K'")
             same("val_k_acc", m["val_k_acc"][i], acc[i][K.index(m["val_k"][i])], "acc[n][val-K]", i)
-    same("oracle_ood", m["oracle_ood"], metrics.pct(oracle, ood), "the mean of max_K acc[n][K] over the OOD lengths, in %")
-    same("oracle_id", m["oracle_id"], metrics.pct(oracle, ind), "the mean of max_K acc[n][K] over the ID lengths, in %")
+    for key, where, part in (("oracle_ood", ood, "OOD"), ("oracle_id", ind, "ID")):
+        same(key, m[key], metrics.pct(oracle, where), f"the mean of max_K acc[n][K] over the {part} lengths, in %")
     if m["oracle_ood"] is not None and m["policy_ood"] is not None:  # Gap = Oracle OOD - Policy OOD
         same("gap", m["gap"], m["oracle_ood"] - m["policy_ood"], "Gap, in points", src="oracle_ood - policy_ood")
     if hard is not None and "oracle_hard" in m:
         oh = [None if h is None else max(h) for h in hard]
         for i, o in enumerate(oh):
             same("oracle_hard", m["oracle_hard"][i], o, "max_K hard_acc[n][K]", i, src="hard_acc")
-        same("oracle_hard_ood", m["oracle_hard_ood"], metrics.pct(oh, ood), "the mean of max_K hard_acc[n][K] over the OOD "
-             "lengths, in %", src="hard_acc")
+        same("oracle_hard_ood", m["oracle_hard_ood"], metrics.pct(oh, ood), "the mean of max_K hard_acc[n][K] over "
+             "the OOD lengths, in %", src="hard_acc")
     for key, want in metrics.depth_use(e["lengths"], acc, hard, e["n_max"], K).items():
         if key in m:
             same(key, m[key], want, "metrics.depth_use", src="acc / hard_acc")
@@ -237,39 +216,37 @@ def check_metrics(name: str, m: dict, n: int) -> None:
         raise ValueError(f"{name} 'flip_curve' must be a list of numbers, got {show(m['flip_curve'])}")
     for i, x in enumerate(m["flip_curve"]):
         check_value(f"{name} 'flip_curve'[{i}]", x, "number")
-    if not isinstance(m["shortcuts"], dict) or not all(isinstance(v, dict) and "ood" in v for v in m["shortcuts"].values()):
+    cuts = m["shortcuts"]
+    if not isinstance(cuts, dict) or not all(isinstance(v, dict) and "ood" in v for v in cuts.values()):
         raise ValueError(f"{name} 'shortcuts' must map each predictor to its {{'id', 'ood'}} accuracy")
-    for k, v in m["shortcuts"].items():
+    for k, v in cuts.items():
         for split in ("id", "ood"):
             if split in v:
                 check_value(f"{name} 'shortcuts'[{k!r}][{split!r}]", v[split], "number?")
 
 
 def load_eval(run_dir: str) -> dict:
-    """A run's eval.json, checked: one line naming the file and the problem otherwise (a missing key, or a
-    value of another type than the readers use)."""
+    """A run's eval.json, checked (keys, types, numbers): one line naming the file and the problem otherwise."""
     path = os.path.join(run_dir, "eval.json")
     try:
-        e = load_json(path)  # a regular file (a FIFO would block the reader forever), bounded in size and depth
+        e = load_json(path)
         if not isinstance(e, dict):
             raise ValueError(f"a JSON object expected, got {type(e).__name__}")
         for key, typ in REQUIRED.items():
             if not isinstance(e.get(key), typ):
                 raise ValueError(f"key {key!r} missing or not a {typ.__name__}")
-        for key in ("task", "schedule"):
-            check_value(repr(key), e[key], "str")
         for key in ("seed", "n_max"):
             check_value(repr(key), e[key], "int")
         check_list("'lengths'", e["lengths"], "int")
         check_list("'K'", e["K"], "int")
         if len(e["acc"]) != len(e["lengths"]) or not all(
-                isinstance(row, list) and row and all(KINDS["number"][0](a) for a in row) for row in e["acc"]):
+                isinstance(row, list) and row and all(is_number(a) for a in row) for row in e["acc"]):
             raise ValueError("'acc' must hold one list of numbers per test length")
         if any(len(row) != len(e["K"]) for row in e["acc"]):
             raise ValueError(f"'acc' must hold one accuracy per depth of 'K' ({len(e['K'])}) at every test length")
         hard = e.get("hard_acc")
         if hard is not None and (not isinstance(hard, list) or len(hard) != len(e["lengths"]) or not all(
-                row is None or isinstance(row, list) and len(row) == len(e["K"]) and all(KINDS["number"][0](a) for a in row)
+                row is None or isinstance(row, list) and len(row) == len(e["K"]) and all(is_number(a) for a in row)
                 for row in hard)):
             raise ValueError("'hard_acc' must be null or hold, per test length, null or one accuracy per depth of 'K'")
         for key, v in e["config"].items():
@@ -285,7 +262,7 @@ def load_eval(run_dir: str) -> dict:
         for key, kind in TOP_KINDS.items():
             if key in e:
                 check_value(repr(key), e[key], kind)
-        check_numbers(e)  # every number finite, within its scale, and the summaries those of the run's own matrices
+        check_numbers(e)
         if "env" in e:  # where the run ran (study/study.py, ladder.py, chaos.py)
             if not isinstance(e["env"], dict):
                 raise ValueError(f"'env' must be an object, got {show(e['env'])}")
@@ -299,9 +276,8 @@ def load_eval(run_dir: str) -> dict:
 
 
 def load_run(run_dir: str, saved: dict = None):
-    """(cfg, task, model, schedule) of a train.py run with its ckpt.pt weights (the EMA weights when the run kept
-    them, as train.py evaluated), in eval mode; saved: the config of the run's eval.json, which the checkpoint's
-    must match."""
+    """(cfg, task, model, schedule) of a train.py run with the weights eval.json measured (EMA if kept), in eval
+    mode; saved: the config of the run's eval.json, which the checkpoint's must match."""
     path = os.path.join(run_dir, "ckpt.pt")
     if not os.path.isfile(path):
         raise ValueError(f"no checkpoint at {path}: readouts need a trained run (train.py --out_dir {run_dir})")
@@ -322,5 +298,6 @@ def load_run(run_dir: str, saved: dict = None):
         raise ValueError(f"{path} belongs to another run than {run_dir}/eval.json (eval.json has "
                          f"{', '.join(diff).replace('(now', '(ckpt.pt')})")
     if ck.get("step") != cfg["max_iters"]:
-        raise ValueError(f"{path} is at step {ck.get('step')} of {cfg['max_iters']}: not the weights eval.json measured")
+        raise ValueError(f"{path} is at step {ck.get('step')} of {cfg['max_iters']}: not the weights eval.json "
+                         f"measured")
     return cfg, task, model.eval(), schedule.eval()
