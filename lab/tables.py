@@ -1,21 +1,8 @@
 """
-Tables over seeds: runs that differ only in their seeds form one row; each row reports the mean over
-seeds and the spread that the primary paper is about, and rows of one task are compared by tests of
-their means and spreads (stats.py).
-
-A row's runs share every setting that changes the experiment: the config minus per-run bookkeeping
-(seed, out_dir, threads, device, intervals, ...) and minus the knobs of other schedules and tasks. A row
-is labelled by its schedule, the schedule's own depth knobs (c, w) and every setting that differs
-between the rows of its task.
-
-    Oracle OOD    mean over runs of the Oracle OOD (%); one run a seed, or a seed's --perturb replicates
-    Std           sample standard deviation (ddof 1) over runs of the Oracle OOD (pp) [chi-square 95% interval; with a
-                  seed's replicates, at the runs' effective count (stats.std_interval)]
-    Front@90      read off the seed-mean oracle curve
-    val-K OOD, ID-K OOD, Gap, Policy OOD, exit depth, flip rate: means over seeds
-    shortcut      the best trivial predictor's OOD exact match (the same for every seed: fixed test sets)
-    hard          Oracle / val-K / policy OOD on the task's hard subset (dyck, multiplication)
-    K=1 OOD, loop gain: means over runs; settle K: the median over runs (metrics.py's depth use), the hard subset's too
+Tables over seeds: runs that differ only in their seeds (run_key: the config minus bookkeeping and other schedules'
+and tasks' knobs) form one row, labelled by its schedule, its depth knobs and what differs between the rows of its
+task. A row holds means over runs, the Std over runs of the Oracle OOD [chi-square 95%, stats.std_interval],
+Front@90 off the seed-mean oracle curve, the median settle K; rows of one task are compared by lab/compare.py.
 """
 
 import dataclasses
@@ -32,10 +19,8 @@ from lab import compare, stats
 from lab.files import atomic_write, read_json
 from metrics import fmt
 
-# --perturb replicates of a seed are runs of the same experiment: a seed's plain run and its runs nudged by a
-# rounding-sized --perturb EPS --perturb_seed J share its row, as study/chaos.py pools r 0 with r 1-4 (replicate()
-# keeps them apart within the row, and the row's tests count the seed once). A larger EPS changes the experiment
-# (its runs start elsewhere, not one rounding away): another row, labelled by it.
+# A seed's runs nudged by a rounding-sized --perturb EPS --perturb_seed J are replicates in its row (the row's tests
+# count the seed once); a larger EPS is another experiment, another row.
 REPLICATE_EPS = 1e-5  # under a hundred float32 roundings (2^-23 each): a replicate; above it, part of the key
 BOOKKEEPING = {"perturb_seed", "seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
                "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset", "stack", "static",
@@ -49,8 +34,7 @@ PRIMARY = {"fixed": ("c",), "fixed_window": ("c", "w"), "window": ("w",), "multi
 
 
 def run_key(e: dict) -> tuple:
-    """The settings that define a run's experiment, as a sorted tuple of (name, value). A setting the run
-    does not know (added to train.py later, off by default) counts as its default."""
+    """The settings that define a run's experiment, a sorted tuple of (name, value); one it lacks is its default."""
     c, s, t = {**dataclasses.asdict(Config()), **e["config"]}, e["schedule"], e["task"]
     c["c"] = Config(c=c["c"], T_max=c["T_max"]).depth_c  # c = 0 and c = T_max: one experiment, labelled by its depth
     c["perturb"] = c["perturb"] if c["perturb"] > REPLICATE_EPS else 0.0  # a rounding-sized nudge: a replicate
@@ -70,18 +54,14 @@ def value(v) -> str:
 
 
 def edits(e: dict) -> tuple:
-    """The uncommitted edits a run's code had: the distinct dirty marks (env.git_dirty, rundir.code_version) of its
-    segments, sorted; () for committed code, and for code not known (no git, a run from before the mark)."""
+    """The distinct dirty marks (env.git_dirty) of a run's segments, sorted; () for committed or unknown code."""
     envs = [s.get("env") for s in e.get("segments") or [] if isinstance(s, dict)] + [e.get("env")]
     return tuple(sorted({v["git_dirty"] for v in envs if isinstance(v, dict) and isinstance(v.get("git_dirty"), str)}))
 
 
 def group_runs(evals: list) -> dict:
-    """{(task, label): [eval dicts]}: the seeds of each row. Refuses a row that holds one seed twice, or whose
-    runs were evaluated on different test grids. Where runs of one experiment ran different code (their uncommitted
-    edits, edits, differ), each edit is a row of its own, labelled `uncommitted=MARK`: an edited halting.py may be
-    another method under the same settings (run_key, which --against compares, does not hold them). Runs that all
-    ran the same code keep one row and their label, whatever the tree's state (a test run on an edited checkout)."""
+    """{(task, label): [eval dicts]}: the seeds of each row; a row with one seed twice or two test grids is refused.
+    Runs of one experiment that ran different code (edits) are a row per edit, labelled `uncommitted=MARK`."""
     keyed = [(run_key(e), edits(e), e) for e in evals]
     code = {}
     for k, edit, _ in keyed:
@@ -92,13 +72,11 @@ def group_runs(evals: list) -> dict:
     groups = {}
     for (key, edit), runs in by_key.items():
         k = dict(key)
-        # the settings that differ between the rows of this task
+        # the settings that differ between the rows of this task (one a row does not read: its default)
         others = [dict(o) for o, _ in by_key if dict(o)["task"] == k["task"]]
-        # (a setting one row's schedule or task does not read counts as its default, as in run_key)
         at = lambda row, f: row[f] if f in row else DEFAULTS.get(f)
         varying = sorted({f for o in others for f in set(o) | set(k) if at(o, f) != at(k, f)} - {"schedule", "task"})
-        # the schedule's primary knobs, then what differs between rows, then any own knob away from its default (a
-        # knob added later, e.g. a window's --k_min 10, names its row even when no other row differs in it)
+        # the schedule's primary knobs, then what differs between rows, then any own knob away from its default
         primary = PRIMARY.get(k["schedule"], ())
         changed = [f for f in sorted(SCHEDULE_KNOBS & set(k)) if k[f] != DEFAULTS.get(f)]
         shown = list(dict.fromkeys([*primary, *varying, *changed]))
@@ -127,39 +105,32 @@ def table_row(evals: list[dict]) -> dict:
     ms = [e["metrics"] for e in evals]
     lengths, n_max = evals[0]["lengths"], evals[0]["n_max"]
     ood = [i for i, n in enumerate(lengths) if n > n_max]
-    per_seed = [m["oracle_ood"] for m in ms if m["oracle_ood"] is not None]
-
-    def mean(key):  # None where no run has the value
-        vals = [m[key] for m in ms if m.get(key) is not None]
-        return statistics.fmean(vals) if vals else None
-
+    have = lambda key: [m[key] for m in ms if m.get(key) is not None]
+    mean = lambda key: statistics.fmean(v) if (v := have(key)) else None  # None where no run has the value
+    per_seed = have("oracle_ood")
     by_seed = {}
     for e in evals:
         if e["metrics"]["oracle_ood"] is not None:
             by_seed.setdefault(e["seed"], []).append(e["metrics"]["oracle_ood"])
     # --perturb replicates: the pooled within-seed Std, sqrt(sum_s sum_r (y_sr - ybar_s)^2 / sum_s (R_s - 1))
     dof = sum(len(v) - 1 for v in by_seed.values())
-    # the Std's interval: chi-square, with replicates at the runs' effective count (a seed's runs share its part)
     spread = stats.std_interval(list(by_seed.values()) if dof else per_seed)
     within = {"replicates": True, "n_seeds": len(by_seed), "within_seed_std": math.sqrt(sum(
-        (y - statistics.fmean(v)) ** 2 for v in by_seed.values() for y in v) / dof) if dof else None} if dof else {}
+        (y - statistics.fmean(v)) ** 2 for v in by_seed.values() for y in v) / dof)} if dof else {}
+    means = lambda *keys: {k: mean(k) for k in keys}
     return {**within, "task": evals[0]["task"], "schedule": evals[0]["schedule"], "seeds": len(evals),
             "seed_list": [e["seed"] for e in evals], "per_seed_oracle_ood": per_seed,
-            "per_seed_val_k_ood": [m["val_k_ood"] for m in ms if m.get("val_k_ood") is not None],
-            "oracle_ood": mean("oracle_ood"), "val_k_ood": mean("val_k_ood"), "id_k_ood": mean("id_k_ood"),
-            "front90": metrics.front90([lengths[i] for i in ood], [statistics.fmean(m["oracle"][i] for m in ms) for i in ood]),
+            "per_seed_val_k_ood": have("val_k_ood"), **means("oracle_ood", "val_k_ood", "id_k_ood"),
+            "front90": metrics.front90([lengths[i] for i in ood],
+                                       [statistics.fmean(m["oracle"][i] for m in ms) for i in ood]),
             "std": spread["std"], "std_lo": spread["lo"], "std_hi": spread["hi"],
-            "gap": mean("gap"), "policy_ood": mean("policy_ood"), "policy_id": mean("policy_id"),
-            "exit_depth": mean("policy_depth_ood"), "flip_rate": mean("flip_rate"),
-            "shortcut_ood": mean("shortcut_ood"), "shortcut_name": ms[0].get("shortcut_ood_name"),
-            "oracle_hard_ood": mean("oracle_hard_ood"), "val_k_hard_ood": mean("val_k_hard_ood"),
-            "policy_hard_ood": mean("policy_hard_ood"), "full_depth_ood": mean("full_depth_ood"),
+            **means("gap", "policy_ood", "policy_id"), "exit_depth": mean("policy_depth_ood"),
+            **means("flip_rate", "shortcut_ood"), "shortcut_name": ms[0].get("shortcut_ood_name"),
+            **means("oracle_hard_ood", "val_k_hard_ood", "policy_hard_ood", "full_depth_ood"),
             "train_minutes": statistics.fmean(e.get("train_time_s", 0) / 60 for e in evals),
             # depth use (metrics.depth_use): does the row use its loop?
-            "k1_ood": mean("k1_ood"), "loop_gain_ood": mean("loop_gain_ood"), "k1_hard_ood": mean("k1_hard_ood"),
-            "loop_gain_hard_ood": mean("loop_gain_hard_ood"),
-            **{k: statistics.median(v) if (v := [m[k] for m in ms if m.get(k) is not None]) else None
-               for k in ("settle_k_ood", "settle_k_hard_ood")}}
+            **means("k1_ood", "loop_gain_ood", "k1_hard_ood", "loop_gain_hard_ood"),
+            **{k: statistics.median(v) if (v := have(k)) else None for k in ("settle_k_ood", "settle_k_hard_ood")}}
 
 
 HEADER = ["task", "setting", "seeds", "ID", "Oracle OOD", "val-K OOD", "Front@90", "Std [95% CI]", "Gap",
@@ -170,16 +141,17 @@ HARD_DEPTH_HEADER = ["hard: K=1 / gain / settle K"]
 
 
 def format_row(r: dict, hard: bool, depth: bool = False) -> str:
-    std = "-" if r["std"] is None else f"{r['std']:.1f}" + (f" [{r['std_lo']:.1f}, {r['std_hi']:.1f}]" if r.get("std_lo") is not None else "")
+    std = "-" if r["std"] is None else f"{r['std']:.1f}" + (
+        f" [{r['std_lo']:.1f}, {r['std_hi']:.1f}]" if r.get("std_lo") is not None else "")
     below = r["oracle_ood"] is not None and r.get("shortcut_ood") is not None and r["oracle_ood"] <= r["shortcut_ood"]
-    runs = f"{r['seeds']} ({r['n_seeds']} seeds; within-seed Std {fmt(r['within_seed_std'], '.1f')})" if r.get("replicates") else fmt(r["seeds"], "")
-    cells = [r["task"], r["setting"], runs, fmt(r.get("policy_id")),
-             fmt(r["oracle_ood"]) + (" (<= shortcut)" if below else ""), fmt(r.get("val_k_ood")), fmt(r["front90"], ""),
-             # trm_halt: the policy's early exit, then TRM's full-depth protocol
-             std, fmt(r["gap"]), fmt(r.get("policy_ood")) + (f" (full depth {fmt(r['full_depth_ood'])})"
-                                                             if r.get("full_depth_ood") is not None else ""),
-             fmt(r.get("exit_depth")), fmt(r.get("flip_rate"), ".3f"),
-             fmt(r.get("shortcut_ood"))]
+    runs = (f"{r['seeds']} ({r['n_seeds']} seeds; within-seed Std {fmt(r['within_seed_std'], '.1f')})"
+            if r.get("replicates") else fmt(r["seeds"], ""))
+    # trm_halt: the policy's early exit, then TRM's full-depth protocol
+    full = f" (full depth {fmt(r['full_depth_ood'])})" if r.get("full_depth_ood") is not None else ""
+    oracle = fmt(r["oracle_ood"]) + (" (<= shortcut)" if below else "")
+    cells = [r["task"], r["setting"], runs, fmt(r.get("policy_id")), oracle, fmt(r.get("val_k_ood")),
+             fmt(r["front90"], ""), std, fmt(r["gap"]), fmt(r.get("policy_ood")) + full, fmt(r.get("exit_depth")),
+             fmt(r.get("flip_rate"), ".3f"), fmt(r.get("shortcut_ood"))]
     if hard:
         cells.append(" / ".join(fmt(r.get(k)) for k in ("oracle_hard_ood", "val_k_hard_ood", "policy_hard_ood")))
     if depth:  # what one loop step answers, what the loop adds, where answers settle (DEPTH_HEADER)
@@ -192,14 +164,14 @@ def format_row(r: dict, hard: bool, depth: bool = False) -> str:
 
 def paper_rows() -> list[dict]:
     """The published rows (results/paper.json), shaped like ours."""
-    rows = read_json(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "paper.json"))["rows"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows = read_json(os.path.join(root, "results", "paper.json"))["rows"]
     return [{**r, "setting": f"{r['setting']} (paper)"} for r in rows]
 
 
 def comparisons(rows: list[dict], groups: list[list[dict]]) -> list[str]:
-    """Per pair of rows of the same task, the two as distributions of runs, the seed as the unit (a seed's
-    --perturb replicates count once): means, difference, Std ratio, each with its 95% interval and p, and what
-    the counts detect (lab/compare.py). Oracle OOD, and the hard subset's where the task has one."""
+    """compare.pair_lines of every pair of rows of one task with two seeds each: Oracle OOD, and the hard subset's
+    where the task has one."""
     lines = []
     for i, (a, ga) in enumerate(zip(rows, groups)):
         for b, gb in zip(rows[i + 1:], groups[i + 1:]):
@@ -212,30 +184,30 @@ def comparisons(rows: list[dict], groups: list[list[dict]]) -> list[str]:
 
 
 def table(groups: dict, paper: bool = False):
-    """(markdown, JSON rows) of grouped runs, the significance lines below the table. With paper, the
-    published row of the same (task, setting) follows ours, and the other published rows of our tasks last."""
+    """(markdown, JSON rows) of grouped runs, the comparisons below the table. With paper, the published row of the
+    same (task, setting) follows ours, and the other published rows of our tasks come last."""
     # a model scored at one fixed depth (the NTP baselines) has no K axis: its oracle, val-K and policy coincide
     one_depth = lambda g: len(g[0].get("K", ())) == 1
     rows = [{**table_row(g), "setting": label + (" (one depth: oracle = policy)" if one_depth(g) else "")}
             for (task, label), g in groups.items()]
     published = paper_rows() if paper else []
     hard = any(r["oracle_hard_ood"] is not None for r in rows)
-    head = HEADER + (["hard: Oracle / val-K / policy"] if hard else []) + DEPTH_HEADER + (HARD_DEPTH_HEADER if hard else [])
+    head = HEADER + (["hard: Oracle / val-K / policy"] if hard else []) + DEPTH_HEADER + (
+        HARD_DEPTH_HEADER if hard else [])
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     row = lambda r: format_row(r, hard, depth=True)
     for r in rows:
         lines.append(row(r))
         lines += [row(p) for p in published if (p["task"], p["setting"]) == (r["task"], r["setting"] + " (paper)")]
-    ours = {(r["task"], r["setting"] + " (paper)") for r in rows}
-    lines += [row(p) for p in published if p["task"] in {r["task"] for r in rows} and (p["task"], p["setting"]) not in ours]
+    ours, tasks = {(r["task"], r["setting"] + " (paper)") for r in rows}, {r["task"] for r in rows}
+    lines += [row(p) for p in published if p["task"] in tasks and (p["task"], p["setting"]) not in ours]
     lines += [""] + comparisons(rows, list(groups.values())) if len(rows) > 1 else []
     return "\n".join(lines), rows
 
 
 def spliced(path: str, tag: str, lines: list[str], text: str = None) -> str:
-    """The text of the Markdown file at path (or `text`, that file's text as another splice left it) with the lines
-    between `<!-- tag:begin -->` and `<!-- tag:end -->` replaced by lines; nothing written (files.write_set writes a
-    set of such texts together). Missing markers: one line naming the file (ValueError)."""
+    """The text of the Markdown file at path (or `text`, as another splice left it) with the lines between
+    `<!-- tag:begin -->` and `<!-- tag:end -->` replaced by lines; nothing written. Missing markers: ValueError."""
     if text is None:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -247,7 +219,6 @@ def spliced(path: str, tag: str, lines: list[str], text: str = None) -> str:
 
 
 def splice(path: str, tag: str, lines: list[str]) -> None:
-    """Replace the text between `<!-- tag:begin -->` and `<!-- tag:end -->` of a Markdown file by lines, atomically
-    (files.atomic_write: a full disk leaves the file as it was, never cut short)."""
+    """spliced, written atomically (files.atomic_write)."""
     new = spliced(path, tag, lines)
     atomic_write(path, lambda f: f.write(new.encode("utf-8")))
