@@ -20,9 +20,8 @@ TEMP = re.compile(r"^.+\.tmp\d+(\.\d+)?$")  # the temp file of any atomic write 
 
 
 def guarded(path: str) -> str:
-    """Why `path` may not be named by an output flag, '' where it may: by name, so that a run not yet made is
-    guarded too (its own file would be replaced, a replaced .lock lets a second process train the run, a temp file
-    would be published or lost)."""
+    """Why no output flag may name `path`, '' where one may: by name, so that a run not yet made is guarded too (its
+    own files, its .lock, a write's temp file)."""
     name = os.path.basename(path)
     if name in OWN_FILES:
         return f"{name} is the name of a run's own file ({', '.join(OWN_FILES)}), which it would replace"
@@ -55,8 +54,8 @@ def atomic_write(path: str, write) -> None:
 
 
 def commit(writers: dict) -> None:
-    """{path: write}: every temp file written (staged) before the first rename (publish), none left behind; a
-    failed rename names the files already replaced. A Ctrl-C takes effect once all are written."""
+    """{path: write}: every temp file written (staged) before the first rename (publish), none left behind; a failed
+    rename names the files already replaced. A Ctrl-C takes effect once all are written."""
     with ctrl_c_after():
         temps = {}
         try:
