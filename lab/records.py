@@ -94,12 +94,9 @@ AT_LEAST_0 = {"policy_depth", "policy_depth_ood", "stable_interval", "front90", 
 SCALES = {"%": (0, 100, "an accuracy in % (0..100)"), "[0, 1]": (0, 1, "an accuracy or a share in [0, 1]"),
           "pp": (-100, 100, "a difference of accuracies in points (-100..100)"),
           ">= 0": (0, math.inf, "a number >= 0"), "finite": (-math.inf, math.inf, "a finite number")}
+SCALE = {**dict.fromkeys(PERCENT, "%"), **dict.fromkeys(FRACTION, "[0, 1]"), **dict.fromkeys(POINTS, "pp"),
+         **dict.fromkeys(AT_LEAST_0, ">= 0")}
 TOLERANCE = 1e-6  # a summary recomputed from the run's own matrices: equal up to float rounding (in its own unit)
-
-
-def scale(key: str) -> str:
-    return ("%" if key in PERCENT else "[0, 1]" if key in FRACTION else "pp" if key in POINTS else
-            ">= 0" if key in AT_LEAST_0 else "finite")
 
 
 def check_number(where: str, v, kind: str) -> None:
@@ -138,9 +135,9 @@ def check_numbers(e: dict) -> None:
             elif isinstance(v, list):
                 for i, x in enumerate(v):
                     if is_number(x):
-                        check_number(f"{name} {key!r}[{i}]", x, scale(key))
+                        check_number(f"{name} {key!r}[{i}]", x, SCALE.get(key, "finite"))
             elif is_number(v):
-                check_number(f"{name} {key!r}", v, scale(key))
+                check_number(f"{name} {key!r}", v, SCALE.get(key, "finite"))
     consistent(e)
 
 
