@@ -101,11 +101,9 @@ def chi2_quantile(q: float, df: float) -> float:
 
 
 def std_interval(a, alpha: float = 0.05) -> dict:
-    """Sample standard deviation (ddof 1) over runs and its chi-square (1 - alpha) interval
-    [s sqrt(f / chi2_{1-alpha/2}(f)), s sqrt(f / chi2_{alpha/2}(f))], f = n - 1 for n runs of n seeds (exact for
-    normal runs). a: one value a seed, or one list a seed (its --perturb replicates): then f = N_eff - 1, N_eff the
-    runs' effective count (effective_runs: a seed's replicates share its part of the variance). Its coverage at
-    these counts is checked by simulation in tests/test_stats.py."""
+    """Sample Std (ddof 1) over runs and its chi-square (1 - alpha) interval [s sqrt(f / chi2_{1-alpha/2}(f)),
+    s sqrt(f / chi2_{alpha/2}(f))], f = n - 1. a: one value a seed, or one list a seed (its --perturb replicates):
+    then f = N_eff - 1, N_eff the runs' effective count (effective_runs)."""
     if len(a) and isinstance(a[0], (list, tuple, np.ndarray)):
         cl = [np.asarray(c, float) for c in a if len(c)]
         y, n = np.concatenate(cl) if cl else np.array([]), effective_runs(cl) if cl else 0.0
@@ -158,9 +156,8 @@ def sign_flip(d, alternative: str = "two-sided", shift: float = 0.0) -> float:
 
 def sign_flip_interval(d, alpha: float = 0.05, iters: int = 30) -> tuple:
     """The (1 - alpha) interval of the mean difference that inverts the two-sided sign-flip test: every shift
-    delta at which sign_flip(d, shift=delta) >= alpha, by bisection on each side of mean(d). It covers at its
-    nominal rate for differences symmetric about their mean (tests/test_stats.py checks it by simulation); at k
-    pairs no interval is narrower than the test's smallest p, 2 / 2^k, allows (k <= 5: the whole line)."""
+    delta at which sign_flip(d, shift=delta) >= alpha, by bisection on each side of mean(d); the whole line
+    where the test's smallest p, 2 / 2^k at k pairs, is not below alpha (k <= 5)."""
     d = np.asarray(d, float)
     if len(d) < 2 or 2 / 2 ** len(d) >= alpha:
         return (-math.inf, math.inf)
@@ -189,14 +186,9 @@ def f_quantile(q: float, d1: float, d2: float) -> float:
 
 
 def anova_icc(groups, interval: bool = True) -> dict:
-    """One-way random-effects ANOVA of y_sr = mu + a_s + e_sr (groups: one list of replicates per seed, sizes may
-    differ) and the intraclass correlation ICC(1) = s_a^2 / (s_a^2 + s_e^2), the share of the variance that is
-    the seed's. With k seeds, N runs, n0 = (N - sum_s n_s^2 / N) / (k - 1) (n0 = n when balanced):
-        MSB = sum_s n_s (ybar_s - ybar)^2 / (k - 1),   MSW = sum_sr (y_sr - ybar_s)^2 / (N - k)
-        s_e^2 = MSW (chaos),  s_a^2 = (MSB - MSW) / n0 (seed),  ICC = (MSB - MSW) / (MSB + (n0 - 1) MSW)
-    and its F-based 95% interval (Shrout & Fleiss 1979, ICC(1,1); exact when balanced, n0 otherwise), with
-    F = MSB / MSW, F_L = F / F_.975(k-1, N-k), F_U = F * F_.975(N-k, k-1): [(F_L - 1) / (F_L + n0 - 1),
-    (F_U - 1) / (F_U + n0 - 1)]. Seeds with no run are left out; None where k < 2 or N - k < 1."""
+    """One-way random-effects ANOVA of y_sr = mu + a_s + e_sr (groups: per seed, its replicates) and the ICC(1)
+    (MSB - MSW) / (MSB + (n0 - 1) MSW), the seed's share of the variance, with its F-based 95% interval (Shrout &
+    Fleiss 1979). Seeds with no run are left out; None where k < 2 seeds or N - k < 1."""
     groups = [np.asarray(g, float) for g in groups if len(g)]
     k, N = len(groups), sum(len(g) for g in groups)
     if k < 2 or N - k < 1:
@@ -208,27 +200,26 @@ def anova_icc(groups, interval: bool = True) -> dict:
     out = {"k": k, "N": N, "n0": n0, "msb": float(msb), "msw": float(msw),
            "var_seed": float((msb - msw) / n0), "var_chaos": float(msw)}
     if msw == 0:  # no chaos at all: every seed's replicates agree exactly
-        return {**out, "F": math.inf, "icc": 1.0 if msb > 0 else None, "lo": 1.0 if msb > 0 else None, "hi": 1.0 if msb > 0 else None}
+        one = 1.0 if msb > 0 else None
+        return {**out, "F": math.inf, "icc": one, "lo": one, "hi": one}
     F = msb / msw
-    if not interval:  # the point estimate alone (no F quantiles: stats.effective_runs, many times over)
-        return {**out, "F": float(F), "icc": float((msb - msw) / (msb + (n0 - 1) * msw)), "lo": None, "hi": None}
+    out.update(F=float(F), icc=float((msb - msw) / (msb + (n0 - 1) * msw)))
+    if not interval:  # the point estimate alone (effective_runs: no F quantiles)
+        return {**out, "lo": None, "hi": None}
     fl, fu = F / f_quantile(0.975, k - 1, N - k), F * f_quantile(0.975, N - k, k - 1)
-    return {**out, "F": float(F), "icc": float((msb - msw) / (msb + (n0 - 1) * msw)),
-            "lo": float((fl - 1) / (fl + n0 - 1)), "hi": float((fu - 1) / (fu + n0 - 1))}
+    return {**out, "lo": float((fl - 1) / (fl + n0 - 1)), "hi": float((fu - 1) / (fu + n0 - 1))}
 
 
-# --- two sets of runs, the seed as the unit (evaluate.py's comparisons and --against) ---------------------
-# A set of runs is a list of clusters: per seed, the values of its runs (one, or several --perturb replicates).
-# Replicates of one seed are not independent draws, so every test below treats a seed's runs as one unit.
+# --- two sets of runs, the seed as the unit: a set is a list of clusters, per seed the values of its runs (one, or
+# several --perturb replicates); a seed's runs are not independent draws, so every test counts them as one unit
 
 def cluster_means(clusters) -> np.ndarray:
     return np.array([np.mean(c) for c in clusters if len(c)], float)
 
 
 def cluster_welch(a, b) -> dict:
-    """Welch's t-test on the seeds' means (a seed with replicates counts once). The difference of the means
-    of seed means with its 95% interval diff +- t_{.975, df} se, two-sided p, and what the test detects with 80%
-    power at these counts: (t_{.975, df} + t_{.80, df}) se (normal approximation of the noncentral t)."""
+    """Welch's t-test on the seeds' means: their difference with its 95% interval diff +- t_{.975, df} se, two-sided
+    p, and what 80% power detects at these counts, (t_{.975, df} + t_{.80, df}) se (normal approx. of noncentral t)."""
     ma, mb = cluster_means(a), cluster_means(b)
     if len(ma) < 2 or len(mb) < 2:
         return {"diff": None, "lo": None, "hi": None, "p": None, "detectable": None}
@@ -277,12 +268,9 @@ def invert(p_at, est: float, step: float, alpha: float = 0.05, iters: int = 30) 
 
 
 def cluster_spread(a, b, n_perm: int = 4999, seed: int = 0, alpha: float = 0.05) -> dict:
-    """Is the run-to-run spread of set a different from b's? Statistic T = log(var(a) / var(b)), the variances
-    over runs (run_var). p: a permutation test that moves whole seeds between the sets (each set's runs first
-    centred at its own mean, so a difference of means does not count as spread); two-sided, 2 min(Pr(T* >= T),
-    Pr(T* <= T)). Interval of the Std ratio sd(a) / sd(b): every ratio r the same test does not reject at alpha
-    once a's deviations are divided by r (test inversion, by bisection on log r); it covers at its nominal
-    rate where the centred seeds are exchangeable (tests/test_compare.py checks it by simulation)."""
+    """Is the run-to-run spread of set a different from b's? T = log(run_var(a) / run_var(b)); two-sided p of a
+    permutation test moving whole seeds between the sets (each set centred at its own mean first); the interval
+    of sd(a) / sd(b): every ratio r that test does not reject once a's deviations are divided by r (invert)."""
     A = [np.asarray(c, float) for c in a if len(c)]
     B = [np.asarray(c, float) for c in b if len(c)]
     if len(A) < 2 or len(B) < 2 or sum(map(len, A)) < 3 or sum(map(len, B)) < 3:
@@ -308,7 +296,6 @@ def cluster_spread(a, b, n_perm: int = 4999, seed: int = 0, alpha: float = 0.05)
     if not (va > 0 and vb > 0):
         return {"ratio": None, "lo": None, "hi": None, "p": None}
     est = 0.5 * math.log(va / vb)
-
     lo, hi = invert(p_at, est, 0.5, alpha)
     return {"ratio": math.exp(est), "lo": lo, "hi": hi, "p": p_at(0.0),
             "exact": math.comb(len(A) + len(B), len(A)) <= n_perm}
