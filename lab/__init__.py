@@ -12,7 +12,7 @@ method; all of it is needed to run it safely, at scale and reproducibly, and to 
     stack.py      S seeds as one batched program (train.py --stack S): the model's weights with a seed axis
     chunks.py     the stacked chunk's training loop, each seed with its own run directory
     tables.py     tables over seeds (one row per experiment)
-    stats.py      tests over seeds: paired and unpaired, spreads, Holm, the ICC of replicates
+    stats.py      tests over seeds: Welch, sign-flip, Std intervals, two sets of runs by seed, the ICC
     compare.py    two sets of runs as distributions, the seed as the unit; evaluate.py --against's verdict
     plots.py      optional PNG plots (matplotlib)
     explorer.py   evaluate.py --html: one self-contained page of acc[n][K] for every run

@@ -39,9 +39,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):
     sys.path[0] = ROOT
 
-from lab import compare, records, stats, tables  # noqa: E402
+from lab import compare, records, tables  # noqa: E402
 from lab.cli import run  # noqa: E402
 from lab.files import read_json, write_json, write_set  # noqa: E402
+from study import stats  # noqa: E402
 from study import chaos as perturbation  # noqa: E402  (the perturbation study's slots and their check)
 from study import study as protocol  # noqa: E402  (the reproduction study's declared seeds)
 

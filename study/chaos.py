@@ -70,7 +70,8 @@ if __package__ in (None, ""):  # run as `python study/chaos.py`: the repository 
 
 import train  # noqa: E402  (its parse_args: the declared command of a slot, recipe included)
 import config
-from lab import records, rundir, stats, tables  # noqa: E402
+from lab import records, rundir, tables  # noqa: E402
+from study import stats  # noqa: E402
 from lab.cli import run  # noqa: E402
 from lab.files import atomic_write, parse_json, write_json
 from metrics import fmt  # noqa: E402

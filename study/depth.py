@@ -81,10 +81,11 @@ if __package__ in (None, ""):  # run as `python study/depth.py`: the repository 
 
 import train  # noqa: E402  (its parse_args: the declared command of a slot, recipe included)
 import config  # noqa: E402  (differences: a slot's recorded settings against its declared command)
-from lab import records, stats, tables  # noqa: E402
+from lab import records, tables  # noqa: E402
 from lab.cli import run  # noqa: E402
 from lab.files import write_json  # noqa: E402
 from metrics import fmt  # noqa: E402
+from study import stats  # noqa: E402
 from study import study  # noqa: E402  (with_hard_shortcut: the hard subset's shortcut of runs that predate it)
 
 TASK = "dyck"

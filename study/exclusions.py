@@ -39,10 +39,10 @@ import numpy as np
 if __package__ in (None, ""):  # run as `python study/exclusions.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from lab import stats, tables  # noqa: E402
+from lab import tables  # noqa: E402
 from lab.cli import no_arguments, run  # noqa: E402
 from lab.files import parse_json, read_json, write_json
-from study import ladder, study  # noqa: E402
+from study import ladder, stats, study  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "results", "exclusions.json")

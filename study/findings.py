@@ -40,11 +40,11 @@ if __package__ in (None, ""):  # run as `python study/findings.py`: the reposito
     sys.path[0] = ROOT
 
 import config  # noqa: E402
-from lab import records, stats, tables  # noqa: E402
+from lab import records, tables  # noqa: E402
 from lab.cli import run  # noqa: E402
 from lab.files import read_json, write_set  # noqa: E402
 from metrics import fmt  # noqa: E402
-from study import chaos, study  # noqa: E402
+from study import chaos, stats, study  # noqa: E402
 
 ROWS = ("fixed", "window", "rl")
 HARD, ALL = "oracle_hard_ood", "oracle_ood"

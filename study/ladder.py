@@ -64,10 +64,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):  # run as `python study/ladder.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from lab import stats, tables  # noqa: E402
+from lab import tables  # noqa: E402
 from lab.cli import no_arguments, run  # noqa: E402
 from lab.files import atomic_write, write_json
-from study import study  # noqa: E402
+from study import stats, study  # noqa: E402
 
 LADDER = os.path.join(ROOT, "results", "ladder")
 SEEDS = 8  # declared seeds a row

@@ -38,11 +38,11 @@ if __package__ in (None, ""):  # run as `python study/study.py`: the repository 
 from config import Config  # noqa: E402
 import metrics  # noqa: E402
 from tasks import eval_set, get_task, task_kwargs  # noqa: E402
-from lab import records, stats, tables  # noqa: E402
+from lab import records, tables  # noqa: E402
 from lab.cli import no_arguments, run  # noqa: E402
 from lab.files import write_set  # noqa: E402
 from lab.files import atomic_write
-from study import choice  # noqa: E402
+from study import choice, stats  # noqa: E402
 
 STUDY = os.path.join(ROOT, "results", "study")
 ROUND2 = os.path.join(ROOT, "results", "round2")  # part C: the main rows again at the ladder's rung (round_two)

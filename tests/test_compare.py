@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lab import compare, stats
+from study import stats as study_stats
 
 # Wikipedia, "Welch's t-test", example 1: t = -2.46, df = 25.0 (tests/test_stats.py checks p)
 A1 = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
@@ -128,7 +129,7 @@ def test_against_false_alarm_rate_and_a_real_change_on_simulated_ensembles(desig
     58 of 200 (29%) with the same seeds, 132 of 200 (66%) with fresh seeds."""
     rng = np.random.default_rng(1)
     alarms = sum(compare.against(*simulated_sets(rng, design))["verdict"] == "differs" for _ in range(200))
-    assert stats.binomial_interval(alarms, 200)[0] <= 0.05 and alarms <= 16
+    assert study_stats.binomial_interval(alarms, 200)[0] <= 0.05 and alarms <= 16
     found = [compare.against(*simulated_sets(rng, design, shift=-15)) for _ in range(20)]
     assert sum(r["verdict"] == "differs" for r in found) >= 15
     assert all("OOD: location" in r["differ"] or "hard-subset OOD: location" in r["differ"] for r in found if r["differ"])

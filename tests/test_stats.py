@@ -1,6 +1,6 @@
-"""lab/stats.py against textbook values: Welch's t-test on the example of Welch's t-test's Wikipedia article,
-Brown-Forsythe against the same numbers computed by hand, the incomplete beta against closed forms,
-and the bootstrap interval's behaviour."""
+"""lab/stats.py and study/stats.py against textbook values: Welch's t-test on the example of Welch's t-test's
+Wikipedia article, Brown-Forsythe against the same numbers computed by hand, the incomplete beta against closed
+forms, and the bootstrap interval's behaviour."""
 
 import math
 import statistics
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from lab import stats
+from study import stats as study_stats
 
 # Wikipedia, "Welch's t-test", example 1 (values quoted there: t = -2.46, df = 25.0, p = 0.021)
 A1 = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
@@ -48,16 +49,16 @@ def test_brown_forsythe_by_hand():
     z = np.concatenate([za, zb])
     F = 6 * (4 * (za.mean() - z.mean()) ** 2 + 4 * (zb.mean() - z.mean()) ** 2) / (
         ((za - za.mean()) ** 2).sum() + ((zb - zb.mean()) ** 2).sum())
-    r = stats.brown_forsythe(a, b)
+    r = study_stats.brown_forsythe(a, b)
     assert r["F"] == pytest.approx(F) and 0 < r["p"] < 1
     assert r["p"] == pytest.approx(stats.f_upper_p(F, 1, 6))
-    assert stats.brown_forsythe(A1, A1)["p"] == pytest.approx(1.0)
+    assert study_stats.brown_forsythe(A1, A1)["p"] == pytest.approx(1.0)
 
 
 def test_brown_forsythe_needs_three_values_a_group():
     # two values sit equally far from their median: F was infinite (p 0) for any data, e.g. two seeds a row
-    assert stats.brown_forsythe([0.3, 0.31], [20.5, 9.6])["p"] is None
-    assert 0 < stats.brown_forsythe([0.3, 0.31, 0.29], [20.5, 9.6, 15.0])["p"] < 1
+    assert study_stats.brown_forsythe([0.3, 0.31], [20.5, 9.6])["p"] is None
+    assert 0 < study_stats.brown_forsythe([0.3, 0.31, 0.29], [20.5, 9.6, 15.0])["p"] < 1
 
 
 def test_against_scipy_when_available():
@@ -66,15 +67,15 @@ def test_against_scipy_when_available():
     for _ in range(5):
         a, b = rng.normal(0, 1, 7), rng.normal(0.5, 3, 11)
         assert stats.welch(a, b)["p"] == pytest.approx(ss.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-8)
-        assert stats.brown_forsythe(a, b)["p"] == pytest.approx(ss.levene(a, b, center="median").pvalue, rel=1e-8)
+        assert study_stats.brown_forsythe(a, b)["p"] == pytest.approx(ss.levene(a, b, center="median").pvalue, rel=1e-8)
 
 
 def test_power_grows_with_seeds_and_is_the_false_alarm_rate_at_equal_spreads():
     a = [96.8, 96.5, 95.2, 97.9, 99.2]
     fixed = [99.8, 99.3, 98.8, 97.7, 70.5]  # one failed seed in five
-    p16, p32 = stats.power(a, fixed, 16, reps=400), stats.power(a, fixed, 32, reps=400)
+    p16, p32 = study_stats.power(a, fixed, 16, reps=400), study_stats.power(a, fixed, 32, reps=400)
     assert 0 < p16 < p32 <= 1  # more seeds, more power
-    assert stats.power(a, a, 16, reps=400) < 0.15  # equal spreads: about the false-alarm rate
+    assert study_stats.power(a, a, 16, reps=400) < 0.15  # equal spreads: about the false-alarm rate
 
 
 def test_gamma_and_chi_square_against_closed_forms_and_the_table():
@@ -115,12 +116,12 @@ def test_std_interval_by_hand_and_it_covers_with_and_without_replicates():
 def test_binomial_interval_against_clopper_pearson_tables():
     """Clopper-Pearson: 0 of 10 -> [0, 0.3085], 5 of 10 -> [0.1871, 0.8129] (any table); 27 of 240 -> [0.075, 0.159].
     Mutation seen failing: the upper end's beta(k + 1, n - k) written beta(k, n - k + 1)."""
-    assert stats.binomial_interval(0, 10) == pytest.approx((0.0, 0.3085), abs=1e-4)
-    assert stats.binomial_interval(5, 10) == pytest.approx((0.1871, 0.8129), abs=1e-4)
-    assert stats.binomial_interval(27, 240) == pytest.approx((0.0755, 0.1594), abs=1e-3)
-    assert stats.binomial_interval(10, 10)[1] == 1.0
+    assert study_stats.binomial_interval(0, 10) == pytest.approx((0.0, 0.3085), abs=1e-4)
+    assert study_stats.binomial_interval(5, 10) == pytest.approx((0.1871, 0.8129), abs=1e-4)
+    assert study_stats.binomial_interval(27, 240) == pytest.approx((0.0755, 0.1594), abs=1e-3)
+    assert study_stats.binomial_interval(10, 10)[1] == 1.0
     with pytest.raises(ValueError, match="k = 11 of n = 10"):
-        stats.binomial_interval(11, 10)
+        study_stats.binomial_interval(11, 10)
 
 
 # --- the paired tests ---------------------------------------------------------------------------------
@@ -133,7 +134,7 @@ SLEEP2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
 
 
 def test_paired_t_textbook_example():
-    r = stats.paired_t(SLEEP1, SLEEP2)
+    r = study_stats.paired_t(SLEEP1, SLEEP2)
     assert r["t"] == pytest.approx(-4.0621, abs=5e-4) and r["df"] == 9
     assert r["p"] == pytest.approx(0.002833, abs=5e-6)
     assert (r["lo"], r["hi"]) == pytest.approx((-2.4598858, -0.7001142), abs=1e-6)
@@ -145,10 +146,10 @@ def test_wilcoxon_textbook_and_by_hand():
     # Hollander and Wolfe (1973), p. 29 (R's ?wilcox.test): depression scale before / after, V = 40, p = 0.03906
     x = [1.83, 0.50, 1.62, 2.48, 1.68, 1.88, 1.55, 3.06, 1.30]
     y = [0.878, 0.647, 0.598, 2.05, 1.06, 1.29, 1.06, 3.14, 1.29]
-    r = stats.wilcoxon(x, y)
+    r = study_stats.wilcoxon(x, y)
     assert r["W"] == 40 and r["p"] == pytest.approx(0.0390625, abs=1e-9)  # 2 * 10 / 512
     # five positive differences: W+ = 15, the one extreme pattern of 32 in each tail, p = 2/32
-    assert stats.wilcoxon([1, 2, 3, 4, 5], [0] * 5)["p"] == pytest.approx(0.0625)
+    assert study_stats.wilcoxon([1, 2, 3, 4, 5], [0] * 5)["p"] == pytest.approx(0.0625)
 
 
 def test_wilcoxon_with_ties_against_enumeration():
@@ -161,7 +162,7 @@ def test_wilcoxon_with_ties_against_enumeration():
     w = sum(rk for rk, v in zip(r, d) if v > 0)
     sums = [sum(rk for rk, s in zip(r, signs) if s) for signs in itertools.product([0, 1], repeat=len(d))]
     p = 2 * min(sum(s <= w for s in sums), sum(s >= w for s in sums)) / len(sums)
-    got = stats.wilcoxon(a, b)
+    got = study_stats.wilcoxon(a, b)
     assert got["n"] == len(d) == 6 and got["W"] == w and got["p"] == pytest.approx(min(1.0, p))
 
 
@@ -177,9 +178,9 @@ def test_paired_spread_against_enumeration():
             v = [x if s else y for x, y, s in zip(a, b, swap)]
             ts.append(spread(u) - spread(v))
         p = sum(abs(x) >= abs(t) - 1e-12 for x in ts) / len(ts)
-        r = stats.paired_spread(a, b, robust=robust)
+        r = study_stats.paired_spread(a, b, robust=robust)
         assert r["stat"] == pytest.approx(t) and r["p"] == pytest.approx(p)
-        assert stats.paired_spread(b, a, robust=robust)["p"] == pytest.approx(p)  # symmetric
+        assert study_stats.paired_spread(b, a, robust=robust)["p"] == pytest.approx(p)  # symmetric
     assert 0 < p < 1
 
 
@@ -187,11 +188,11 @@ def test_paired_spread_finds_a_real_difference_and_not_a_fake_one():
     rng = np.random.default_rng(3)
     base = rng.normal(50, 2, 24)  # a shared seed effect
     wide, narrow = base + rng.normal(0, 12, 24), base + rng.normal(0, 1, 24)
-    assert stats.paired_spread(wide, narrow)["p"] < 0.01  # Monte Carlo branch (n > 16)
-    assert stats.paired_spread(wide, narrow, robust=True)["p"] < 0.01
+    assert study_stats.paired_spread(wide, narrow)["p"] < 0.01  # Monte Carlo branch (n > 16)
+    assert study_stats.paired_spread(wide, narrow, robust=True)["p"] < 0.01
     same = base + rng.normal(0, 5, 24)
-    assert stats.paired_spread(same, base + rng.normal(0, 5, 24))["p"] > 0.05
-    assert stats.paired_spread([1.0, 2.0], [3.0, 4.0])["p"] is None  # two seeds: no spread test
+    assert study_stats.paired_spread(same, base + rng.normal(0, 5, 24))["p"] > 0.05
+    assert study_stats.paired_spread([1.0, 2.0], [3.0, 4.0])["p"] is None  # two seeds: no spread test
 
 
 def test_sign_flip_by_hand_and_its_floor():
@@ -223,17 +224,17 @@ def test_sign_flip_interval_is_the_tests_inversion_and_covers():
 @pytest.mark.smoke
 def test_holm_by_hand():
     # sorted 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005, 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04): monotone
-    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert stats.holm([0.2, None, 0.6]) == [0.4, None, 0.6]
-    assert stats.holm([0.5, 0.9]) == [1.0, 1.0]
+    assert study_stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert study_stats.holm([0.2, None, 0.6]) == [0.4, None, 0.6]
+    assert study_stats.holm([0.5, 0.9]) == [1.0, 1.0]
 
 
 def test_paired_interval_covers_the_difference():
     a, b = np.arange(20.0) * 2, np.arange(20.0)  # Std(a) - Std(b) = Std(b) ~ 5.9 exactly
-    r = stats.paired_interval(a, b, lambda x, y: stats.spread_stat(x, y, False))
+    r = study_stats.paired_interval(a, b, lambda x, y: study_stats.spread_stat(x, y, False))
     assert r["lo"] < np.std(b, ddof=1) < r["hi"] and r["lo"] > 0
     x = np.random.default_rng(0).normal(0, 10, 12)  # a seed's pair kept together: a - b = 1 in every resample
-    r = stats.paired_interval(x + 1, x, lambda u, v: (u - v).mean(-1))
+    r = study_stats.paired_interval(x + 1, x, lambda u, v: (u - v).mean(-1))
     assert r["lo"] == pytest.approx(1) and r["hi"] == pytest.approx(1)
 
 
@@ -241,10 +242,10 @@ def test_spread_floor_is_the_smallest_p_the_permutation_test_returns():
     rng = np.random.default_rng(3)
     for n in range(3, 10):
         a, b = 50 + 100 * (-1.0) ** np.arange(n), 50 + rng.normal(0, 1e-3, n)  # every partial swap narrows |T|
-        assert stats.paired_spread(a, b)["p"] == pytest.approx(stats.spread_floor(n))
-        ps = [stats.paired_spread(rng.normal(0, 1, n), rng.normal(0, 3, n))["p"] for _ in range(30)]
-        assert min(ps) >= stats.spread_floor(n) - 1e-12
-    assert stats.spread_floor(5) > 0.05 > stats.spread_floor(6)
+        assert study_stats.paired_spread(a, b)["p"] == pytest.approx(study_stats.spread_floor(n))
+        ps = [study_stats.paired_spread(rng.normal(0, 1, n), rng.normal(0, 3, n))["p"] for _ in range(30)]
+        assert min(ps) >= study_stats.spread_floor(n) - 1e-12
+    assert study_stats.spread_floor(5) > 0.05 > study_stats.spread_floor(6)
 
 
 # --- seed or chaos (study/chaos.py): the one-way ANOVA / ICC, and the block permutation test ---------------
@@ -289,12 +290,12 @@ def test_icc_unbalanced_uses_n0_and_extremes():
 def test_block_permutation_by_hand():
     # 3 seeds, blocks of 2: row A's within-seed variance is 4x row B's in every seed
     a, b = [[0, 2], [5, 7], [1, 3]], [[0, 1], [5, 6], [1, 2]]
-    r = stats.block_permutation(a, b, stats.within_var)
+    r = study_stats.block_permutation(a, b, study_stats.within_var)
     assert r["stat"] == pytest.approx(math.log(4)) and r["ratio_std"] == pytest.approx(2.0)
     # 8 patterns; |T*| = log 4 only for "no swap" and "all swapped" (any other mix has a smaller |T|): p = 2/8
     assert r["p"] == pytest.approx(2 / 8)
     # total variance: the exact enumeration, by brute force over all 2^3 swap patterns
-    t = stats.block_permutation(a, b, stats.total_var)
+    t = study_stats.block_permutation(a, b, study_stats.total_var)
     obs = abs(math.log(np.var(sum(a, []), ddof=1) / np.var(sum(b, []), ddof=1)))
     hits = 0
     for pattern in range(8):
@@ -302,7 +303,7 @@ def test_block_permutation_by_hand():
         B = [x if pattern >> s & 1 else y for s, (x, y) in enumerate(zip(a, b))]
         hits += abs(math.log(np.var(sum(A, []), ddof=1) / np.var(sum(B, []), ddof=1))) >= obs - 1e-12
     assert t["p"] == pytest.approx(hits / 8)
-    same = stats.block_permutation(a, a, stats.within_var)
+    same = study_stats.block_permutation(a, a, study_stats.within_var)
     assert same["stat"] == 0 and same["p"] == 1.0
 
 
@@ -310,9 +311,9 @@ def test_block_permutation_reaches_its_floor_and_interval_covers():
     rng = np.random.default_rng(1)
     a = [list(rng.normal(0, 5, 5)) for _ in range(10)]
     b = [list(rng.normal(0, 0.5, 5)) for _ in range(10)]
-    r = stats.block_permutation(a, b, stats.within_var)
+    r = study_stats.block_permutation(a, b, study_stats.within_var)
     assert r["p"] == pytest.approx(2 / 2 ** 10)  # every seed says the same: the floor of an exact test at 10 seeds
-    ci = stats.block_interval(a, b, stats.within_var)
+    ci = study_stats.block_interval(a, b, study_stats.within_var)
     assert ci["lo"] < r["ratio_std"] < ci["hi"] and ci["lo"] > 5  # true Std ratio 10
-    same = stats.block_interval(a, a, stats.within_var)  # each resample keeps a seed's two blocks together
+    same = study_stats.block_interval(a, a, study_stats.within_var)  # each resample keeps a seed's two blocks together
     assert same["lo"] == pytest.approx(1.0) and same["hi"] == pytest.approx(1.0)

@@ -17,8 +17,8 @@ import sys
 import pytest
 
 import config
-from lab import files, records, stats
-from study import chaos, exclusions, ladder, recipes, study
+from lab import files, records
+from study import chaos, exclusions, ladder, recipes, stats, study
 
 ROOT = study.ROOT
 
