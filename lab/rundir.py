@@ -8,6 +8,7 @@ A user error raises ValueError with one line (cli.run turns it into exit code 2)
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -24,18 +25,18 @@ from lab import checkpoint
 from lab.cli import interrupted, log_line
 from lab.files import RUN_FILES, Lock, parse_json, read_json, write_json, atomic_write
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project: lab/'s parent
+# the settings a resume may change, kept per segment (stack, static: a stacked chunk rounds differently)
+SEGMENT = ("threads", "device", "amp", "compile", "stack", "static")
+
 
 def cpu_model() -> str:
     """The CPU's model (Linux: the first processor of /proc/cpuinfo, with its family, model, stepping and widest
     vector ISA; elsewhere platform.processor()): another CPU model can round the same run differently."""
     try:
-        info = {}
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if not line.strip():
-                    break  # the first processor is enough
-                key, _, val = line.partition(":")
-                info[key.strip()] = val.strip()
+            first = itertools.takewhile(str.strip, f)  # the first processor is enough: up to the first blank line
+            info = {key.strip(): val.strip() for key, _, val in (line.partition(":") for line in first)}
         if "model name" in info:
             flags = info.get("flags", info.get("Features", "")).split()
             isa = [x for x in ("avx512f", "avx2", "avx", "neon", "asimd") if x in flags][:1]
@@ -44,9 +45,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project: lab/'s parent
 
 
 def code_version(root: str = ROOT) -> tuple:
@@ -91,13 +89,14 @@ def code_changed(prev, env) -> bool:
                for k in ("git_commit", "git_dirty"))
 
 
-def saved_settings(path: str, saved) -> dict:
-    """The settings a run file records (config.json, eval.json's "config"); one line naming the file if none."""
+def differences_from(cfg, where: str, path: str) -> list:
+    """cfg's differences from a run file's settings (config.json, eval.json's "config"); refused if it has none."""
+    saved = read_json(path)
     saved = saved.get("config", saved) if isinstance(saved, dict) else saved
     if not isinstance(saved, dict) or not all(isinstance(saved.get(k), str) for k in ("task", "schedule")):
-        raise ValueError(f"{path} is empty or damaged (it records no run's settings: task, schedule): remove it, or "
-                         f"replace the run with --overwrite")
-    return saved
+        raise ValueError(f"{where}: {path} is empty or damaged (it records no run's settings: task, schedule): remove "
+                         f"it, or replace the run with --overwrite")
+    return differences(saved, cfg)
 
 
 def check_out_dir(d: str) -> None:
@@ -131,10 +130,8 @@ def check_folder(cfg, out_dir: str, ours: set) -> None:
         if cfg.overwrite:
             raise ValueError(f"--out_dir {out_dir}: --overwrite would leave {sub} (a run this sweep does not "
                              f"replace) beside the new seeds; remove it or choose another --out_dir")
-        path = os.path.join(sub, held[0])
-        diff = [x for x in differences(saved_settings(f"--out_dir {out_dir}: {path}", read_json(path)), cfg)
-                if not x.startswith("seed=")]
-        if diff:
+        if diff := [x for x in differences_from(cfg, f"--out_dir {out_dir}", os.path.join(sub, held[0]))
+                    if not x.startswith("seed=")]:
             raise ValueError(f"--out_dir {out_dir} holds {sub}, a run of another experiment ({', '.join(diff)}): a "
                              f"sweep folder holds one experiment; choose another --out_dir")
 
@@ -154,8 +151,7 @@ def plan(cfg, d: str, single: bool = True):
         return ("overwrite" if held else "fresh"), None
     for f in ("config.json", "eval.json"):  # every file of the run must belong to this experiment
         if f in held:
-            diff = differences(saved_settings(f"--resume: {paths[f]}", read_json(paths[f])), cfg)
-            if diff:
+            if diff := differences_from(cfg, "--resume", paths[f]):
                 raise ValueError(f"--resume: {paths[f]} belongs to another run: " + ", ".join(diff))
     if "eval.json" in held:
         return "skip", None
@@ -183,10 +179,6 @@ def claim(cfg, run_dir: str, single: bool) -> tuple:
             if os.path.exists(os.path.join(run_dir, f)):
                 os.remove(os.path.join(run_dir, f))
     return action, start
-
-
-# the settings a resume may change, kept per segment (stack, static: a stacked chunk rounds differently)
-SEGMENT = ("threads", "device", "amp", "compile", "stack", "static")
 
 
 def segments(cfg_path: str) -> list:
@@ -254,8 +246,7 @@ def forget_unsaved(run_dir: str) -> str:
 
 
 def diverged(log_path: str, V: int):
-    """A final training loss above 2 ln V (twice uniform guessing, where training starts): the first and the last
-    logged loss, in words; None otherwise."""
+    """The first and last logged loss in words if the last is above 2 ln V (twice guessing's): diverged; else None."""
     lines = [parse_json(line) for line in open(log_path)] if os.path.isfile(log_path) else []
     losses = [(r["step"], r["loss"]) for r in lines if isinstance(r, dict) and isinstance(r.get("loss"), (int, float))]
     if not losses or not losses[-1][1] > 2 * math.log(V):
