@@ -191,8 +191,7 @@ def check_memory(cfg, task, n_longest: int, device: str, n_lengths: int = 1) -> 
                          + (f"--stack {cfg.stack} ({seeds} seeds a step) " if seeds > 1 else "")
                          + f"(sequences up to {S} tokens): a step needs about {need / 2**30:.3g} GiB, more than this "
                          f"machine's {have / 2**30:.3g} GiB allow")
-    # the final evaluation holds the test and validation sets, ~100 bytes a token as tensors and the Python
-    # lists of the shortcut predictors (host memory whatever the device)
+    # the final evaluation's test and validation sets, in host memory: ~100 bytes a token (tensors, Python lists)
     sets = 2 * n_lengths * cfg.eval_samples * S * 100
     host = total_memory("cpu")
     if sets > 0.8 * host:
