@@ -4,6 +4,7 @@ machine can run (a device, a C++ compiler for --compile, the memory a step needs
 (check_output). A bad value raises ValueError with one line naming it and what is allowed (cli.run: exit 2).
 """
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -95,10 +96,9 @@ def validate(cfg) -> None:
     for ok, msg in checks:
         if not ok:
             raise ValueError(msg)
-    try:
+    ns = []
+    with contextlib.suppress(ValueError):
         ns = metrics.test_lengths(cfg)
-    except ValueError:
-        ns = []
     if not ns:
         raise ValueError(f"--test_lengths {cfg.test_lengths!r}: must be comma-separated integers")
     task = get_task(cfg.task, **task_kwargs(cfg.task, dataclasses.asdict(cfg)))
@@ -154,11 +154,9 @@ def cxx_compiler():
     if os.getenv("TORCH_INDUCTOR_INSTALL_GXX"):  # torch._inductor downloads g++ from conda-forge if it must
         return "g++ from conda-forge (TORCH_INDUCTOR_INSTALL_GXX)"
     for path in filter(None, map(shutil.which, inductor_compilers())):
-        try:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([path, "--version"], capture_output=True, timeout=30, check=True)
             return path
-        except (OSError, subprocess.SubprocessError):
-            continue
     return None
 
 

@@ -90,10 +90,8 @@ def printable_streams() -> None:
     """Text stdout / stderr cannot encode (a non-ASCII path under a C locale) is printed escaped, not raised."""
     for stream in (sys.stdout, sys.stderr):
         if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
-            try:
+            with contextlib.suppress(ValueError, OSError):  # a closed or detached stream: leave it as it is
                 stream.reconfigure(errors="backslashreplace")
-            except (ValueError, OSError):  # a closed or detached stream: leave it as it is
-                pass
 
 
 def run(main, prog: str, argv=None) -> int:

@@ -33,7 +33,7 @@ SEGMENT = ("threads", "device", "amp", "compile", "stack", "static")
 def cpu_model() -> str:
     """The CPU's model (Linux: the first processor of /proc/cpuinfo, with its family, model, stepping and widest
     vector ISA; elsewhere platform.processor()): another CPU model can round the same run differently."""
-    try:
+    with contextlib.suppress(OSError):
         with open("/proc/cpuinfo") as f:
             first = itertools.takewhile(str.strip, f)  # the first processor is enough: up to the first blank line
             info = {key.strip(): val.strip() for key, _, val in (line.partition(":") for line in first)}
@@ -42,8 +42,6 @@ def cpu_model() -> str:
             isa = [x for x in ("avx512f", "avx2", "avx", "neon", "asimd") if x in flags][:1]
             detail = [f"{k} {info[k]}" for k in ("cpu family", "model", "stepping") if k in info] + isa
             return info["model name"] + (f" ({', '.join(detail)})" if detail else "")
-    except OSError:
-        pass
     return platform.processor() or platform.machine()
 
 
