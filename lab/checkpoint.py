@@ -1,13 +1,7 @@
 """
-A run's ckpt.pt: built in one place (the plain loop of train.py and the stacked one of lab/chunks.py write the
-same dict), checked before it is used, restored exactly, written atomically.
-
-    state(...)             the checkpoint dict: model, schedule, optimizer, step, elapsed, stat sums, config,
-                           EMA weights, RNG states (plain tensors and types: loadable with weights_only=True)
-    load_checkpoint        ckpt.pt checked before it is used: this run's settings, dtypes, shapes, optimizer
-                           settings, stat sums, RNG states and EMA (one line naming the file)
-    restore, check_ema     a checked checkpoint into the model, schedule, optimizer and generators
-    save_checkpoint        written atomically; refused if a weight is not finite, naming the last good one
+A run's ckpt.pt, the same dict from train.py's loop and lab/chunks.py's stacked one (state: plain tensors and
+types, loadable with weights_only=True): checked before it is used (load_checkpoint), restored exactly (restore),
+written atomically and never with a non-finite value (save_checkpoint).
 """
 
 import dataclasses
@@ -19,11 +13,11 @@ import torch
 from config import differences, ema_start_step
 from lab.files import atomic_write
 
+
 def state(cfg, step: int, elapsed: float, acc_stats: dict, model: dict, schedule: dict, optimizer: dict, rng: dict,
           ema: dict = None) -> dict:
-    """The checkpoint of a run at `step`: the uncompiled model's and the schedule's state_dicts, the optimizer's, the
-    training seconds so far, the stat sums since the last log line (a resume logs the same lines), the settings,
-    the EMA weights ({part: {name: tensor}}, None without --ema) and the data, depth and torch RNG states."""
+    """The checkpoint at `step`: the state_dicts, the training seconds, the stat sums since the last log line, the
+    settings, the EMA weights ({part: {name: tensor}}, None without --ema) and the RNG states."""
     return {"model": model, "schedule": schedule, "optimizer": optimizer, "step": step, "elapsed": elapsed,
             "acc_stats": acc_stats, "config": dataclasses.asdict(cfg), "ema": ema, "rng": rng}
 
@@ -36,7 +30,8 @@ def load_checkpoint(path: str, cfg) -> dict:
         raise ValueError(f"--resume: {path} is not a readable checkpoint ({type(err).__name__})") from None
     need = {"model": dict, "schedule": dict, "optimizer": dict, "step": int, "elapsed": (int, float),
             "acc_stats": dict, "config": dict, "rng": dict}
-    bad = [k for k, t in need.items() if not isinstance(ck, dict) or not isinstance(ck.get(k), t) or isinstance(ck.get(k), bool)]
+    bad = [k for k, t in need.items()
+           if not isinstance(ck, dict) or not isinstance(ck.get(k), t) or isinstance(ck.get(k), bool)]
     if bad:
         raise ValueError(f"--resume: {path} is not a train.py checkpoint (missing or malformed: {', '.join(bad)})")
     if set(ck["rng"]) != {"data", "depth", "torch"} or not all(isinstance(v, torch.Tensor) for v in ck["rng"].values()):
@@ -45,8 +40,7 @@ def load_checkpoint(path: str, cfg) -> dict:
         raise ValueError(f"--resume: {path} is at step {ck['step']}, outside 0..max_iters ({cfg.max_iters})")
     if not all(isinstance(ck["config"].get(k), str) for k in ("task", "schedule")):
         raise ValueError(f"--resume: {path} is not a train.py checkpoint (malformed: config, it records no settings)")
-    diff = differences(ck["config"], cfg)
-    if diff:
+    if diff := differences(ck["config"], cfg):
         raise ValueError(f"--resume: {path} belongs to another run: " + ", ".join(diff))
     if bad := malformed(ck, cfg):
         raise ValueError(f"--resume: {path} is damaged or not this run's checkpoint ({bad})")
@@ -59,15 +53,14 @@ def load_checkpoint(path: str, cfg) -> dict:
 
 
 def malformed(ck: dict, cfg):
-    """What in a checkpoint (config already checked) train.py could not have written, in words; None if nothing.
-    train.py trains in float32 (autocast keeps float32 weights), so every tensor of the weights, the EMA and the
-    optimizer's moments is float32: another dtype would be cast silently on loading. The optimizer's settings
-    must be this run's (betas, weight decay: a resume takes them from the checkpoint); the stat sums are numbers;
-    the RNG states are generator states."""
+    """What in a checkpoint (config already checked) train.py could not have written, in words; None if nothing:
+    a tensor of the weights, EMA or optimizer moments not float32 (loading would cast it silently), optimizer
+    settings not this run's (a resume takes them from the checkpoint), stat sums not numbers, RNG states not states."""
     parts = {"model": ck["model"], "schedule": ck["schedule"]}
     ema = ck.get("ema")
     if ema is not None:
-        if not (isinstance(ema, dict) and set(ema) == {"model", "schedule"} and all(isinstance(v, dict) for v in ema.values())):
+        if not (isinstance(ema, dict) and set(ema) == {"model", "schedule"}
+                and all(isinstance(v, dict) for v in ema.values())):
             return "malformed: ema, not {model: {...}, schedule: {...}}"
         parts.update({f"ema {k}": v for k, v in ema.items()})
     opt = ck["optimizer"]
@@ -89,10 +82,12 @@ def malformed(ck: dict, cfg):
     for k, want in ref.items():  # a key this torch does not know, or an older torch did not write, is left alone
         if k not in ("params", "lr") and k in group and norm(group[k]) != norm(want):
             return f"optimizer {k}={group[k]!r}, where this run has {want!r}"
-    if not (isinstance(group.get("lr"), (int, float)) and not isinstance(group["lr"], bool) and math.isfinite(group["lr"])):
+    if not (isinstance(group.get("lr"), (int, float)) and not isinstance(group["lr"], bool)
+            and math.isfinite(group["lr"])):
         return f"optimizer lr={group.get('lr')!r}: not a finite number"
     sums = ck["acc_stats"]
-    if sums and not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in sums.items()):
+    if sums and not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                        for k, v in sums.items()):
         return f"acc_stats {sums!r}: the stat sums must be numbers"
     if sums and not (isinstance(sums.get("steps"), (int, float)) and sums["steps"] >= 1):
         return f"acc_stats {sums!r}: the stat sums need their step count ('steps' >= 1)"
@@ -105,9 +100,8 @@ def malformed(ck: dict, cfg):
 
 
 def ema_problem(cfg, step: int, ema):
-    """Why a checkpoint at `step` with EMA weights `ema` (None: none) cannot continue this run's EMA, in words;
-    None if it can. The EMA is a copy of the weights after step ema_start_step(cfg) (config.EMA), so a checkpoint
-    at that step or later holds it, an earlier one does not, and a run without --ema never does."""
+    """Why a checkpoint at `step` with EMA weights `ema` (None: none) cannot continue this run's EMA; None if it
+    can. The EMA is a copy of the weights after step ema_start_step(cfg): held from that step on, never before."""
     if not cfg.ema:
         return None if ema is None else "holds EMA weights, but its run has no --ema (it would evaluate them)"
     start = ema_start_step(cfg)
@@ -119,8 +113,7 @@ def ema_problem(cfg, step: int, ema):
 
 
 def non_finite(ck, name: str = ""):
-    """The first non-finite floating tensor anywhere in a checkpoint (model, schedule, optimizer state, EMA: every
-    tensor it holds), by its path of keys; None if all are finite."""
+    """The path of keys to the first non-finite floating tensor anywhere in a checkpoint; None if all are finite."""
     if isinstance(ck, torch.Tensor):
         return name.strip() if ck.is_floating_point() and not torch.isfinite(ck).all() else None
     items = ck.items() if isinstance(ck, dict) else enumerate(ck) if isinstance(ck, (list, tuple)) else ()
@@ -131,17 +124,15 @@ def non_finite(ck, name: str = ""):
 
 
 def restore(start: dict, run_dir: str, model, schedule, optimizer, gens: dict):
-    """Continue from the checkpoint `start` (plan/claim loaded and checked it): weights, optimizer, the data and
-    depth generators and torch's RNG, exactly where they were. Returns (step, elapsed, acc_stats, ema)."""
+    """Continue from the checked checkpoint `start`: weights, optimizer, the data and depth generators and torch's
+    RNG exactly where they were. Returns (step, elapsed, acc_stats, ema)."""
     weights = {"model": dict(model.named_parameters()), "schedule": dict(schedule.named_parameters())}
     where = f"--resume: {run_dir}/ckpt.pt does not fit this run"
-    # load_state_dict casts a tensor of another dtype silently, and the EMA is only read here: each must be
-    # exactly what this run's model and schedule hold
-    expect = {"model": model.state_dict(), "schedule": schedule.state_dict()}
+    # load_state_dict casts another dtype silently, and the EMA is only read here: each must be what this run holds
+    parts = [("model", start["model"], model.state_dict()), ("schedule", start["schedule"], schedule.state_dict())]
     if start.get("ema") is not None:
-        expect.update({f"ema {part}": ps for part, ps in weights.items()})
-    for part, want in expect.items():
-        saved = start["ema"][part[4:]] if part.startswith("ema ") else start[part]
+        parts += [(f"ema {part}", start["ema"][part], ps) for part, ps in weights.items()]
+    for part, saved, want in parts:
         if set(saved) != set(want):
             odd = sorted(set(saved) ^ set(want))
             raise ValueError(f"{where} ({part}: {len(odd)} keys differ, e.g. {odd[0]})")
@@ -157,8 +148,9 @@ def restore(start: dict, run_dir: str, model, schedule, optimizer, gens: dict):
         p = ids.get(i) if isinstance(i, int) else None
         bad = [k for k, v in st.items() if k != "step" and (p is None or v.shape != p.shape)]
         if bad:
-            raise ValueError(f"{where} (optimizer state {i} {bad[0]}: "
-                             + ("no such parameter" if p is None else f"{tuple(st[bad[0]].shape)}, where the parameter is {tuple(p.shape)}") + ")")
+            why = ("no such parameter" if p is None else
+                   f"{tuple(st[bad[0]].shape)}, where the parameter is {tuple(p.shape)}")
+            raise ValueError(f"{where} (optimizer state {i} {bad[0]}: {why})")
     try:
         model.load_state_dict(start["model"])
         schedule.load_state_dict(start["schedule"])
@@ -171,7 +163,7 @@ def restore(start: dict, run_dir: str, model, schedule, optimizer, gens: dict):
             ema = {part: {k: ema[part][k].to(p.device) for k, p in ps.items()} for part, ps in weights.items()}
     except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as err:
         msg = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
-        raise ValueError(f"--resume: {run_dir}/ckpt.pt does not fit this run ({msg})") from None
+        raise ValueError(f"{where} ({msg})") from None
     return start["step"], start["elapsed"], start["acc_stats"], ema
 
 
@@ -190,11 +182,3 @@ def last_good(ckpt_path: str) -> str:
     if bad := non_finite(ck):
         return f"the checkpoint at step {ck['step']} ({ckpt_path}) holds non-finite values ({bad}): none is good"
     return f"last good checkpoint: step {ck['step']} at {ckpt_path}"
-
-
-def check_ema(cfg, run_dir: str, step: int, ema) -> None:
-    """A resumed run's EMA (config.EMA) must be what its checkpoint at `step` should hold: its EMA weights from the
-    EMA's start on (the step of the start included: the copy is taken after that step), none before it, and none
-    without --ema (ema_problem)."""
-    if bad := ema_problem(cfg, step, ema.weights):
-        raise ValueError(f"--resume: {run_dir}/ckpt.pt {bad}")

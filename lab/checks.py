@@ -1,14 +1,10 @@
 """
-Every check train.py and the other commands make before a file is touched: the settings (validate), what this
-machine can run (a device, a compiler, the memory a step needs), and an output flag's file (check_output).
-A bad value raises ValueError with one line naming it and what is allowed (cli.run: exit 2).
-
-    validate(cfg)          every setting of a train.py run, before anything is written
-    check_output(flag, p)  an output flag's file (--out, --json, --plot): never a run's own file, in a folder
-                           where a file can really be created (file_target: the path split as it is written)
-    pick_device(name)      auto -> cuda, mps or cpu
+Every check a command makes before a file is touched: the settings of a train.py run (validate), what this
+machine can run (a device, a C++ compiler for --compile, the memory a step needs), and an output flag's file
+(check_output). A bad value raises ValueError with one line naming it and what is allowed (cli.run: exit 2).
 """
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -25,27 +21,17 @@ from tasks import get_task, task_kwargs
 from lab.files import creatable, guarded, names_folder
 
 MAX_SEED = 2 ** 32 - 1
-
-
-# the loss weights of the schedules: above this, the task loss is swamped and float32 overflows (--tau_act 1e308
-# made the loss inf at step 1); the papers use 1e-3 .. 1
-LOSS_WEIGHTS, MAX_WEIGHT = ("lambda_ent", "beta", "tau_act", "trm_bce"), 1e6
-
-
-# --perturb multiplies each float32 weight by fl(1 + EPS * N): 1 + x rounds to 1 when |x| <= 2^-24 (half the spacing
-# of float32 just above 1, 2^-23), so below EPS = 2^-24 a weight changes only where |N| > 1 / (2^24 EPS): at 1e-9 none
-MIN_PERTURB = 2.0 ** -24
-
-
 MAX_THREADS = 1024  # torch.set_num_threads takes a C int; more threads than this is a typo
+# the schedules' loss weights: above MAX_WEIGHT the task loss is swamped and float32 overflows (the papers: 1e-3 .. 1)
+LOSS_WEIGHTS, MAX_WEIGHT = ("lambda_ent", "beta", "tau_act", "trm_bce"), 1e6
+# --perturb multiplies a weight by fl(1 + EPS * N(0, 1)), which is 1 where |EPS * N| <= 2^-24: below it most stay
+MIN_PERTURB = 2.0 ** -24
 
 
 def pick_device(name: str) -> str:
     if name != "auto":
         return name
-    if torch.cuda.is_available():
-        return "cuda"
-    return "mps" if torch.backends.mps.is_available() else "cpu"
+    return "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
 
 
 def validate(cfg) -> None:
@@ -55,18 +41,21 @@ def validate(cfg) -> None:
         (cfg.T_max >= 1, f"--T_max {cfg.T_max}: must be >= 1"),
         (0 <= cfg.c <= cfg.T_max, f"--c {cfg.c}: must be in 1..T_max ({cfg.T_max}), or 0 for T_max"),
         # (an NTP baseline scores itself at its one depth c: it reads no T_test, config.check_unread)
-        (cfg.T_test >= cfg.T_max or cfg.schedule in ntp.SCHEDULES, f"--T_test {cfg.T_test}: must be >= T_max ({cfg.T_max})"),
+        (cfg.T_test >= cfg.T_max or cfg.schedule in ntp.SCHEDULES,
+         f"--T_test {cfg.T_test}: must be >= T_max ({cfg.T_max})"),
         (1 <= cfg.n_min <= cfg.n_max, f"--n_min {cfg.n_min} --n_max {cfg.n_max}: need 1 <= n_min <= n_max"),
         (cfg.max_iters >= 1, f"--max_iters {cfg.max_iters}: must be >= 1"),
         (cfg.batch_size >= 1, f"--batch_size {cfg.batch_size}: must be >= 1"),
         (finite(cfg.lr) and cfg.lr > 0, f"--lr {cfg.lr}: must be a finite number > 0"),
         (finite(cfg.min_lr) and 0 <= cfg.min_lr <= cfg.lr, f"--min_lr {cfg.min_lr}: must be a finite number in 0..lr"),
         (cfg.warmup_iters >= 0, f"--warmup_iters {cfg.warmup_iters}: must be >= 0"),
-        (finite(cfg.weight_decay) and cfg.weight_decay >= 0, f"--weight_decay {cfg.weight_decay}: must be a finite number >= 0"),
+        (finite(cfg.weight_decay) and cfg.weight_decay >= 0,
+         f"--weight_decay {cfg.weight_decay}: must be a finite number >= 0"),
         (finite(cfg.beta1) and 0 <= cfg.beta1 < 1, f"--beta1 {cfg.beta1}: must be in [0, 1)"),
         (finite(cfg.beta2) and 0 <= cfg.beta2 < 1, f"--beta2 {cfg.beta2}: must be in [0, 1)"),
         (finite(cfg.dropout) and 0 <= cfg.dropout < 1, f"--dropout {cfg.dropout}: must be in [0, 1)"),
-        (finite(cfg.grad_clip) and cfg.grad_clip >= 0, f"--grad_clip {cfg.grad_clip}: must be a finite number >= 0 (0: off)"),
+        (finite(cfg.grad_clip) and cfg.grad_clip >= 0,
+         f"--grad_clip {cfg.grad_clip}: must be a finite number >= 0 (0: off)"),
         (cfg.d_model >= 1 and cfg.n_head >= 1 and cfg.d_model % cfg.n_head == 0,
          f"--d_model {cfg.d_model} --n_head {cfg.n_head}: d_model must be a positive multiple of n_head"),
         (cfg.n_layer >= 1, f"--n_layer {cfg.n_layer}: must be >= 1"),
@@ -80,19 +69,23 @@ def validate(cfg) -> None:
         (0 <= cfg.seed and cfg.seed + cfg.seeds - 1 <= MAX_SEED, f"--seed {cfg.seed}: seeds must lie in 0..{MAX_SEED}"),
         (-1 <= cfg.init_seed <= MAX_SEED, f"--init_seed {cfg.init_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
         (-1 <= cfg.data_seed <= MAX_SEED, f"--data_seed {cfg.data_seed}: must be -1 (= --seed) or in 0..{MAX_SEED}"),
-        (finite(cfg.perturb) and 0 <= cfg.perturb <= 1, f"--perturb {cfg.perturb}: must be a finite number in [0, 1] (0: off)"),
+        (finite(cfg.perturb) and 0 <= cfg.perturb <= 1,
+         f"--perturb {cfg.perturb}: must be a finite number in [0, 1] (0: off)"),
         (cfg.perturb == 0 or cfg.perturb >= MIN_PERTURB,
          f"--perturb {cfg.perturb:g}: below float32's resolution, 1 + EPS * N(0, 1) rounds to 1 for |N| <= 1 (most "
          f"weights would not change); use EPS >= 2^-24 = {MIN_PERTURB:.3g}, or 0 for off"),
         (0 <= cfg.perturb_seed < 1024, f"--perturb_seed {cfg.perturb_seed}: must be in 1..1023 (0 without --perturb)"),
-        (cfg.perturb > 0 or cfg.perturb_seed == 0, f"--perturb_seed {cfg.perturb_seed}: needs --perturb EPS > 0 (without it the run is not perturbed)"),
-        (cfg.perturb == 0 or cfg.perturb_seed >= 1, f"--perturb {cfg.perturb}: needs --perturb_seed J in 1..1023 (the replicate)"),
+        (cfg.perturb > 0 or cfg.perturb_seed == 0,
+         f"--perturb_seed {cfg.perturb_seed}: needs --perturb EPS > 0 (without it the run is not perturbed)"),
+        (cfg.perturb == 0 or cfg.perturb_seed >= 1,
+         f"--perturb {cfg.perturb}: needs --perturb_seed J in 1..1023 (the replicate)"),
         (0 <= cfg.eval_seed <= MAX_SEED - 2, f"--eval_seed {cfg.eval_seed}: must be in 0..{MAX_SEED - 2}"),
         (0 <= cfg.threads <= MAX_THREADS, f"--threads {cfg.threads}: must be in 0..{MAX_THREADS} (0: torch's default)"),
         (cfg.eval_samples >= 1, f"--eval_samples {cfg.eval_samples}: must be >= 1"),
         (cfg.eval_batch_size >= 1, f"--eval_batch_size {cfg.eval_batch_size}: must be >= 1"),
         (min(cfg.log_interval, cfg.eval_interval, cfg.ckpt_interval) >= 1,
-         f"--log_interval {cfg.log_interval} --eval_interval {cfg.eval_interval} --ckpt_interval {cfg.ckpt_interval}: must be >= 1"),
+         f"--log_interval {cfg.log_interval} --eval_interval {cfg.eval_interval} --ckpt_interval "
+         f"{cfg.ckpt_interval}: must be >= 1"),
         (not (cfg.resume and cfg.overwrite), "--resume --overwrite: choose one"),
         (cfg.stack >= 0, f"--stack {cfg.stack}: must be >= 0 (0: one seed at a time)"),
         (cfg.stack or not cfg.static, "--static: needs --stack (the static step is the stacked one)"),
@@ -103,10 +96,9 @@ def validate(cfg) -> None:
     for ok, msg in checks:
         if not ok:
             raise ValueError(msg)
-    try:
+    ns = []
+    with contextlib.suppress(ValueError):
         ns = metrics.test_lengths(cfg)
-    except ValueError:
-        ns = []
     if not ns:
         raise ValueError(f"--test_lengths {cfg.test_lengths!r}: must be comma-separated integers")
     task = get_task(cfg.task, **task_kwargs(cfg.task, dataclasses.asdict(cfg)))
@@ -125,10 +117,10 @@ def validate(cfg) -> None:
     for n in ns + [cfg.n_min, cfg.n_max]:
         task.check_length(n)
     device = pick_device(cfg.device)
-    ok = device == "cpu" or (device.startswith("cuda") and torch.cuda.is_available()) or (
-        device == "mps" and torch.backends.mps.is_available())
-    if not ok:
-        raise ValueError(f"--device {cfg.device}: not available here; use auto or cpu" + (", cuda" if torch.cuda.is_available() else ""))
+    if not (device == "cpu" or (device.startswith("cuda") and torch.cuda.is_available())
+            or (device == "mps" and torch.backends.mps.is_available())):
+        raise ValueError(f"--device {cfg.device}: not available here; use auto or cpu"
+                         + (", cuda" if torch.cuda.is_available() else ""))
     if cfg.compile and device == "cpu" and cxx_compiler() is None:
         raise ValueError(f"--compile: torch.compile on the CPU needs a working C++ compiler (torch._inductor tries "
                          f"{', '.join(inductor_compilers()) or 'none'}; set CXX to another), and none works here; "
@@ -138,12 +130,12 @@ def validate(cfg) -> None:
 
 def ema_too_late(cfg) -> str:
     """The line refusing an EMA that would start after the last step (and so average nothing)."""
-    start = ema_start_step(cfg)
     why = (f"--ema_start {cfg.ema_start}" if cfg.ema_start >= 0 else
            f"--ema_start -1: the curriculum's end, (n_max - curriculum_start) * curriculum_every = "
            f"({cfg.n_max} - {cfg.curriculum_start}) * {cfg.curriculum_every}")
-    return (f"--ema {cfg.ema}: the EMA would start after step {start} ({why}), past the last step (--max_iters "
-            f"{cfg.max_iters}), and never average anything; set --ema_start in 0..{cfg.max_iters} or train longer")
+    return (f"--ema {cfg.ema}: the EMA would start after step {ema_start_step(cfg)} ({why}), past the last step "
+            f"(--max_iters {cfg.max_iters}), and never average anything; set --ema_start in 0..{cfg.max_iters} or "
+            f"train longer")
 
 
 def inductor_compilers() -> list[str]:
@@ -158,45 +150,38 @@ def inductor_compilers() -> list[str]:
 
 
 def cxx_compiler():
-    """The C++ compiler torch.compile would use on the CPU, if one answers `--version` (torch._inductor's own
-    test), else None."""
+    """The C++ compiler torch.compile would use on the CPU, if one answers `--version` (inductor's own test)."""
     if os.getenv("TORCH_INDUCTOR_INSTALL_GXX"):  # torch._inductor downloads g++ from conda-forge if it must
         return "g++ from conda-forge (TORCH_INDUCTOR_INSTALL_GXX)"
-    for cxx in inductor_compilers():
-        path = shutil.which(cxx)
-        if path is None:
-            continue
-        try:
+    for path in filter(None, map(shutil.which, inductor_compilers())):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([path, "--version"], capture_output=True, timeout=30, check=True)
             return path
-        except (OSError, subprocess.SubprocessError):
-            continue
     return None
 
 
 def total_memory(device: str) -> int:
-    """Bytes of memory on `device`: the GPU's, or the host's for the CPU (and for what the host holds)."""
+    """Bytes of memory on `device`: the GPU's, or the host's for the CPU."""
     if device.startswith("cuda"):
         return torch.cuda.get_device_properties(torch.device(device)).total_memory
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_memory(cfg, task, n_longest: int, device: str, n_lengths: int = 1) -> None:
-    """Refuse settings whose step cannot fit in memory, before training. A rough upper estimate, 4 bytes a
-    float: training keeps ~20 D-sized activations and the attention scores per token, layer and step with
-    gradient (at most bptt_k steps; c for the NTP baselines) on sequences up to n_max, for each of the
-    min(stack, seeds) seeds a --stack step trains at once; evaluation keeps the trajectory's hidden states and
-    logits of the longest test sequence, in batches of at most eval_batch_size samples of one length (the final
-    evaluation's eval_samples, the in-distribution check's 64 at lengths up to n_max)."""
+    """Refuse settings whose step cannot fit in memory, a rough upper estimate at 4 bytes a float: training keeps
+    ~20 D-sized activations and the attention scores per token, layer, step with gradient and stacked seed;
+    evaluation the trajectory's hidden states and logits of its longest sequences, eval_batch_size at a time."""
     pause = cfg.n_pause if cfg.schedule == "ntp_pause" else 0  # the pause tokens of ntp_pause
-    S = len(task.sample(n_longest, torch.Generator().manual_seed(0), test=True)[0]) + pause  # longest sequence
-    S_train = max(len(task.sample(cfg.n_max, torch.Generator().manual_seed(0), test=t)[0]) for t in (False, True)) + pause
+    sample = lambda n, test: len(task.sample(n, torch.Generator().manual_seed(0), test=test)[0]) + pause
+    S, S_train = sample(n_longest, True), max(sample(cfg.n_max, False), sample(cfg.n_max, True))
     steps = cfg.depth_c if cfg.schedule in ntp.SCHEDULES else min(cfg.T_max, cfg.bptt_k or cfg.T_max)
     V, D = len(task.vocab), cfg.d_model
     seeds = min(cfg.stack, cfg.seeds) if cfg.stack else 1  # a stacked step trains this many seeds at once
     train = 4 * seeds * cfg.batch_size * S_train * steps * cfg.n_layer * (20 * D + 2 * cfg.n_head * S_train)
     evaluate = lambda B, P: 4 * B * P * (cfg.T_test * (D + V) + 20 * D + 2 * cfg.n_head * P)
-    evaluation = max(evaluate(min(cfg.eval_batch_size, cfg.eval_samples), S), evaluate(min(cfg.eval_batch_size, 64), S_train))
+    # the final evaluation's eval_samples at the longest test length, the in-distribution check's 64 up to n_max
+    evaluation = max(evaluate(min(cfg.eval_batch_size, cfg.eval_samples), S),
+                     evaluate(min(cfg.eval_batch_size, 64), S_train))
     have = total_memory(device)
     need = max(train, evaluation)
     if need > 0.8 * have:
@@ -204,8 +189,7 @@ def check_memory(cfg, task, n_longest: int, device: str, n_lengths: int = 1) -> 
                          + (f"--stack {cfg.stack} ({seeds} seeds a step) " if seeds > 1 else "")
                          + f"(sequences up to {S} tokens): a step needs about {need / 2**30:.3g} GiB, more than this "
                          f"machine's {have / 2**30:.3g} GiB allow")
-    # the final evaluation holds the test and validation sets, ~100 bytes a token as tensors and the Python
-    # lists of the shortcut predictors (host memory whatever the device)
+    # the final evaluation's test and validation sets, in host memory: ~100 bytes a token (tensors, Python lists)
     sets = 2 * n_lengths * cfg.eval_samples * S * 100
     host = total_memory("cpu")
     if sets > 0.8 * host:
@@ -215,10 +199,8 @@ def check_memory(cfg, task, n_longest: int, device: str, n_lengths: int = 1) -> 
 
 
 def file_target(flag: str, path: str) -> tuple:
-    """(folder, name) of an output file as the OS will resolve `path` when it is written: the one normalisation
-    every output check uses, so the check looks at the file the write creates. A path whose form names a folder
-    (empty, ending in a separator, its last part '.' or '..') is refused, whatever is on disk: the string
-    check saw no name in it and the write failed after the work (--html NEWDIR/)."""
+    """(folder, name) of an output file as the OS resolves `path` when it is written. A path whose form names a
+    folder (empty, ending in a separator, '.' or '..') is refused, whatever is on disk."""
     folder, name = os.path.split(path)
     if names_folder(path):
         raise ValueError(f"{flag} {path!r}: names a folder (a path ending in '{os.sep}', '.' or '..'), not a file; "
@@ -227,10 +209,8 @@ def file_target(flag: str, path: str) -> tuple:
 
 
 def check_output(flag: str, path: str, folder: bool = False) -> None:
-    """An output a command writes when asked (evaluate.py --out and --plot, bench.py --json, theory_checks.py
-    --json), checked before any work on the path as file_target splits it: never a run's own file
-    (files.guarded: its record, its lock, a temp file), a file (a folder with folder=True, created if missing)
-    where one can really be created."""
+    """An output file a command writes when asked (--out, --json, --plot; a folder with folder=True, created if
+    missing): never a run's own file (files.guarded), and where a file can really be created."""
     if not folder:
         parent, name = file_target(flag, path)
         if guarded(name):
@@ -241,6 +221,7 @@ def check_output(flag: str, path: str, folder: bool = False) -> None:
     while folder and not os.path.lexists(p):  # a folder is created if missing: its nearest existing parent
         p = os.path.dirname(p)
     if not os.path.isdir(p):
-        raise ValueError(f"{flag} {path!r}: {p} is not a writable folder ({'not a folder' if os.path.lexists(p) else 'missing'})")
+        why = "not a folder" if os.path.lexists(p) else "missing"
+        raise ValueError(f"{flag} {path!r}: {p} is not a writable folder ({why})")
     if not creatable(p):
         raise ValueError(f"{flag} {path!r}: {p} is not a writable folder (a file cannot be created there)")

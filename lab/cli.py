@@ -1,22 +1,9 @@
 """
-The plumbing shared by every script: a @dataclass of settings becomes the argparse parser, and user errors
-become one line and an exit code (files are written and read by lab/files.py).
-
-    from config import opt   # a dataclass field with its --help text
-
-    @dataclass
-    class Config:
-        task: str = opt("dyck", "task name", choices=["dyck", "copy"], section="what to train")
-        lr: float = opt(3e-4, "peak learning rate", section="optimisation")
-        compile: bool = opt(False, "torch.compile the block")
-
-    cfg = parse(Config, argv, prog="train.py", doc=__doc__)
-
-`--lr 1` and `--lr=1` both work (1 becomes 1.0), booleans get `--compile/--no-compile`, choices fail with
-the list of valid names, abbreviated flags are refused (a preset must see every flag it overrides), a
-field's `section` opens an argparse group in --help, and `positional=True` makes a list of arguments. A preset is a function of the flags parsed so far
-that returns new *defaults* (argparse `set_defaults`), so a flag given explicitly always wins.
-`run(main, prog)` turns the errors a user can cause into one line and an exit code.
+The plumbing every script shares. parse(Config, argv, prog, doc) makes a @dataclass of config.opt fields the
+argparse parser: `--lr 1` or `--lr=1`, `--compile/--no-compile` for a boolean, the valid names when a choice fails,
+no abbreviated flags (a preset must see every flag it overrides), a field's `section` opens a --help group,
+`positional=True` takes a list of arguments; a preset returns new *defaults*, so an explicit flag always wins.
+run(main, prog) turns the errors a user can cause into one line and an exit code.
 """
 
 import argparse
@@ -28,10 +15,13 @@ import sys
 import threading
 import time
 
+_start_prog = ""  # the command whose start ctrl_c_at_start guards
+
 
 def log_line(rec: dict) -> str:
     """One log record as the training loops print it: `key value | key value`, floats to 4 digits."""
     return " | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items())
+
 
 def given(argv=None) -> set:
     """The fields named on the command line (argv; None: sys.argv[1:]): `--x v`, `--x=v`, `--no-x` give x."""
@@ -54,7 +44,8 @@ class HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     """--help shows every default and keeps the docstring's line breaks."""
 
 
-def parser(cls, prog: str, doc: str = "", epilog: str = "") -> Parser:
+def parse(cls, argv=None, prog: str = "", doc: str = "", presets=None, epilog: str = ""):
+    """cls(**flags). presets: optional function (namespace of a first parse) -> {field: default}."""
     p = Parser(prog=prog, description=doc, epilog=epilog, formatter_class=HelpFormat, allow_abbrev=False)
     group = p
     for f in dataclasses.fields(cls):
@@ -69,30 +60,24 @@ def parser(cls, prog: str, doc: str = "", epilog: str = "") -> Parser:
             group.add_argument(f"--{f.name}", nargs="+", help=kw["help"], default=list(f.default))
         else:
             group.add_argument(f"--{f.name}", type=type(f.default), choices=f.metadata.get("choices"), **kw)
-    return p
-
-
-def parse(cls, argv=None, prog: str = "", doc: str = "", presets=None, epilog: str = ""):
-    """cls(**flags). presets: optional function (namespace of a first parse) -> {field: default}."""
-    p = parser(cls, prog, doc, epilog)
     if presets is not None:
         first, _ = p.parse_known_args(argv)
         p.set_defaults(**presets(first))
     return cls(**vars(p.parse_args(argv)))
 
 
+def main_thread() -> bool:
+    """Whether this is the main thread: the only one that can set a signal handler."""
+    return threading.current_thread() is threading.main_thread()
+
+
 def ctrl_c_at_start(name: str, prog: str) -> None:
-    """The first line of a command, before `import torch`: a Ctrl-C while it starts (the imports take seconds,
-    before run() could catch anything) prints one line and exits 130. Only when the file runs as the command
-    (name: its __name__) and Ctrl-C is not ignored (a background job); run() hands Ctrl-C back to Python."""
+    """Before `import torch` (seconds, before run() catches anything): a Ctrl-C prints one line and exits 130, only
+    when the file runs as the command (name: its __name__) and Ctrl-C is not ignored; run() hands Ctrl-C back."""
     global _start_prog
-    if name == "__main__" and threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    if name == "__main__" and main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         _start_prog = prog
         signal.signal(signal.SIGINT, _interrupted_at_start)
-
-
-_start_prog = ""
 
 
 def _interrupted_at_start(signum, frame):
@@ -102,22 +87,18 @@ def _interrupted_at_start(signum, frame):
 
 
 def printable_streams() -> None:
-    """Text that stdout / stderr cannot encode (a non-ASCII run path under PYTHONIOENCODING=ascii or a C locale,
-    a file name that is not UTF-8) is printed escaped (backslashreplace), not raised as an error."""
+    """Text stdout / stderr cannot encode (a non-ASCII path under a C locale) is printed escaped, not raised."""
     for stream in (sys.stdout, sys.stderr):
         if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
-            try:
+            with contextlib.suppress(ValueError, OSError):  # a closed or detached stream: leave it as it is
                 stream.reconfigure(errors="backslashreplace")
-            except (ValueError, OSError):  # a closed or detached stream: leave it as it is
-                pass
 
 
 def run(main, prog: str, argv=None) -> int:
-    """main(argv) as a command. A user error (ValueError) -> one line, exit 2; a numerical fault
-    (FloatingPointError) or an I/O failure (OSError, e.g. a full disk) -> one line, exit 1; Ctrl-C -> one
-    line, exit 130. Never a traceback for any of them. Otherwise the exit status main returns (an int; 0 for
-    anything else)."""
-    if signal.getsignal(signal.SIGINT) is _interrupted_at_start and threading.current_thread() is threading.main_thread():
+    """main(argv) as a command, never a traceback for a user's error: ValueError -> one line, exit 2;
+    FloatingPointError or OSError (e.g. a full disk) -> one line, exit 1; Ctrl-C -> one line, exit 130.
+    Otherwise the exit status main returns (an int; 0 for anything else)."""
+    if signal.getsignal(signal.SIGINT) is _interrupted_at_start and main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on Ctrl-C is a KeyboardInterrupt
     printable_streams()
     try:
@@ -132,8 +113,8 @@ def run(main, prog: str, argv=None) -> int:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:
-        # a second Ctrl-C while the first is reported, or while the interpreter exits, is ignored: the command
-        # ends anyway (a caller that passed argv, e.g. a test, gets its handler back)
+        # a second Ctrl-C while the first is reported, or while the interpreter exits, is ignored (a caller that
+        # passed argv, e.g. a test, gets its handler back)
         with sigint_ignored(restore=argv is not None):
             print(f"{prog}: {str(err) or 'interrupted'}", file=sys.stderr)
         return 130
@@ -148,17 +129,16 @@ def no_arguments(prog: str) -> None:
 
 
 def interrupted(done: int, where) -> KeyboardInterrupt:
-    """A training loop's Ctrl-C, as one line (cli.run prints it and exits 130): where() names the last
-    checkpoint in words, and runs with Ctrl-C ignored, so a second one does not cut the message."""
+    """A training loop's Ctrl-C as one line (cli.run prints it, exit 130); where() names the last checkpoint in
+    words, with Ctrl-C ignored so that a second one does not cut the message."""
     with sigint_ignored():
         return KeyboardInterrupt(f"interrupted after step {done}; {where()}; continue with --resume")
 
 
 @contextlib.contextmanager
 def sigint_ignored(restore: bool = True):
-    """Ignore Ctrl-C inside the block (and after it, unless restore), in the main thread: elsewhere signals
-    cannot be set."""
-    if threading.current_thread() is not threading.main_thread():
+    """Ignore Ctrl-C inside the block (and after it, unless restore), in the main thread."""
+    if not main_thread():
         yield
         return
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -171,9 +151,9 @@ def sigint_ignored(restore: bool = True):
 
 @contextlib.contextmanager
 def ctrl_c_after():
-    """Hold a Ctrl-C that arrives inside the block and raise it when the block is done (torch.save cut by
-    one raises a RuntimeError from its zip writer instead of the KeyboardInterrupt)."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    """Hold a Ctrl-C that arrives inside the block and raise it when the block is done (a Ctrl-C inside torch.save
+    raises a RuntimeError from its zip writer instead)."""
+    if not main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield  # another thread, or SIGINT ignored / handled by the caller: leave it as it is
         return
     held = []
@@ -184,4 +164,3 @@ def ctrl_c_after():
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if held:
         raise KeyboardInterrupt
-

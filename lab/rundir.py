@@ -1,26 +1,14 @@
 """
-A run directory while train.py trains it: one object, `Run`, that the loop calls in one line each, so the loop
-reads as the lesson. What it keeps safe is spelled out here, once.
-
-    single(cfg)            the one run of `python train.py`: its folder checked, planned, locked and claimed
-    plan(cfg, dir)         what to do with a run directory: train fresh, resume from ckpt.pt, skip a finished run,
-                           or restart one killed before its first checkpoint. Refuses to replace a run (unless
-                           --overwrite) or to resume one with other settings
-    Run(cfg, dir, start)   restore (a checked checkpoint, exactly), add / line / write (the log: stat sums since the
-                           last line, the wall clock without evaluation and checkpoint writes, a tqdm bar on a
-                           terminal, one `|` line on stdout and one JSON line in metrics.jsonl per interval), save
-                           (ckpt.pt, atomic, non-finite refused), training() (Ctrl-C and a non-finite loss: one line
-                           naming the last good checkpoint; a run stopped before its first one leaves no files)
-    log_record(...)        one line of metrics.jsonl, the same for the plain loop and the stacked one (lab/chunks.py)
-    environment()          versions, hardware, git commit and dirty mark (code_version), recorded in config.json and
-                           eval.json; a resume on other code says so in one line
-
+A run directory while train.py trains it: Run (restore, add / line / write the log, save, training), which the
+loop calls in one line each, and before it plan (fresh, resume, skip or restart; never replace a run without
+--overwrite nor resume one with other settings), claim under its Lock, and single, the run of `python train.py`.
 A user error raises ValueError with one line (cli.run turns it into exit code 2).
 """
 
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -37,37 +25,30 @@ from lab import checkpoint
 from lab.cli import interrupted, log_line
 from lab.files import RUN_FILES, Lock, parse_json, read_json, write_json, atomic_write
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project: lab/'s parent
+# the settings a resume may change, kept per segment (stack, static: a stacked chunk rounds differently)
+SEGMENT = ("threads", "device", "amp", "compile", "stack", "static")
+
+
 def cpu_model() -> str:
-    """The CPU's model (Linux: /proc/cpuinfo's model name, family, model, stepping and widest vector ISA, since a
-    virtual machine's name can be as vague as "AMD EPYC"; elsewhere platform.processor()): on another CPU model
-    the same seed and thread count can round differently, so every run records it."""
-    try:
-        info = {}
+    """The CPU's model (Linux: the first processor of /proc/cpuinfo, with its family, model, stepping and widest
+    vector ISA; elsewhere platform.processor()): another CPU model can round the same run differently."""
+    with contextlib.suppress(OSError):
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if not line.strip():
-                    break  # the first processor is enough
-                key, _, val = line.partition(":")
-                info[key.strip()] = val.strip()
+            first = itertools.takewhile(str.strip, f)  # the first processor is enough: up to the first blank line
+            info = {key.strip(): val.strip() for key, _, val in (line.partition(":") for line in first)}
         if "model name" in info:
-            isa = next((x for x in ("avx512f", "avx2", "avx", "neon", "asimd") if x in info.get("flags", info.get("Features", "")).split()), None)
-            detail = [f"{k} {info[k]}" for k in ("cpu family", "model", "stepping") if k in info] + ([isa] if isa else [])
+            flags = info.get("flags", info.get("Features", "")).split()
+            isa = [x for x in ("avx512f", "avx2", "avx", "neon", "asimd") if x in flags][:1]
+            detail = [f"{k} {info[k]}" for k in ("cpu family", "model", "stepping") if k in info] + isa
             return info["model name"] + (f" ({', '.join(detail)})" if detail else "")
-    except OSError:
-        pass
     return platform.processor() or platform.machine()
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project: lab/'s parent
-# the code a run's numbers depend on: the tracked .py files outside tests/ (prose, results and tests are not code)
-CODE = ["*.py", ":(exclude)tests/"]
-
-
 def code_version(root: str = ROOT) -> tuple:
-    """(commit, dirty) of the code under root: HEAD's commit, and dirty False when the tracked .py files (outside
-    tests/) are HEAD's, else the first 12 hex digits of the sha256 of their `git diff HEAD` (two different edits,
-    two marks). (None, None) where git or the repository is absent: unknown, never an error. Two git calls, a few
-    milliseconds; --no-optional-locks: a reader never takes the index lock of a checkout it only looks at."""
+    """(commit, dirty) of the code under root (its tracked .py files outside tests/): HEAD's commit, and dirty
+    False when they are HEAD's, else the first 12 hex digits of the sha256 of their `git diff HEAD`. (None, None)
+    where git or the repository is absent; a reader never takes the index lock (--no-optional-locks)."""
     def git(*args):
         return subprocess.run(["git", "--no-optional-locks", *args], cwd=root, capture_output=True, timeout=10)
     try:
@@ -75,7 +56,7 @@ def code_version(root: str = ROOT) -> tuple:
         commit = head.stdout.decode().strip() if head.returncode == 0 else ""
         if not commit:
             return None, None
-        diff = git("diff", "HEAD", "--no-ext-diff", "--no-textconv", "--no-color", "--", *CODE)
+        diff = git("diff", "HEAD", "--no-ext-diff", "--no-textconv", "--no-color", "--", "*.py", ":(exclude)tests/")
     except (OSError, subprocess.SubprocessError, UnicodeDecodeError):
         return None, None
     if diff.returncode != 0:
@@ -84,8 +65,7 @@ def code_version(root: str = ROOT) -> tuple:
 
 
 def environment() -> dict:
-    """Versions, hardware, and the git commit and dirty mark of the code (code_version), recorded in config.json and
-    eval.json (per segment: a resume may run on other code, and open_run says so)."""
+    """Versions, hardware, and the code's git commit and dirty mark, as config.json and eval.json record them."""
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()
     commit, dirty = code_version()
     return {"torch": torch.__version__, "python": platform.python_version(), "hardware": dev, "cpu": cpu_model(),
@@ -107,16 +87,14 @@ def code_changed(prev, env) -> bool:
                for k in ("git_commit", "git_dirty"))
 
 
-# --- the state of a run directory ---------------------------------------------------------------------
-
-def saved_settings(path: str, saved) -> dict:
-    """The settings a run file records (config.json itself, eval.json's "config"): one line naming the file if it
-    records none (`{}`, a list, a file cut short), instead of comparing every default with the command."""
+def differences_from(cfg, where: str, path: str) -> list:
+    """cfg's differences from a run file's settings (config.json, eval.json's "config"); refused if it has none."""
+    saved = read_json(path)
     saved = saved.get("config", saved) if isinstance(saved, dict) else saved
     if not isinstance(saved, dict) or not all(isinstance(saved.get(k), str) for k in ("task", "schedule")):
-        raise ValueError(f"{path} is empty or damaged (it records no run's settings: task, schedule): remove it, or "
-                         f"replace the run with --overwrite")
-    return saved
+        raise ValueError(f"{where}: {path} is empty or damaged (it records no run's settings: task, schedule): remove "
+                         f"it, or replace the run with --overwrite")
+    return differences(saved, cfg)
 
 
 def check_out_dir(d: str) -> None:
@@ -124,18 +102,16 @@ def check_out_dir(d: str) -> None:
     p = d
     while not os.path.lexists(p) and os.path.dirname(p) not in ("", p):
         p = os.path.dirname(p)
-    if os.path.islink(p) and not os.path.exists(p):
-        raise ValueError(f"--out_dir {d}: cannot write there ({p} is a symlink to a missing path, {os.readlink(p)})")
-    if os.path.lexists(p) and not os.path.isdir(p):
-        raise ValueError(f"--out_dir {d}: cannot write there ({p} is a file, not a directory)")
-    if os.path.lexists(p) and not os.access(p, os.W_OK):
-        raise ValueError(f"--out_dir {d}: cannot write there ({p} is not writable)")
+    why = (f"is a symlink to a missing path, {os.readlink(p)}" if os.path.islink(p) and not os.path.exists(p) else
+           "is a file, not a directory" if os.path.lexists(p) and not os.path.isdir(p) else
+           "is not writable" if os.path.lexists(p) and not os.access(p, os.W_OK) else None)
+    if why:
+        raise ValueError(f"--out_dir {d}: cannot write there ({p} {why})")
 
 
 def check_folder(cfg, out_dir: str, ours: set) -> None:
-    """A folder holds one run, or the seeds of one experiment: refuse what would mix them. A sweep refuses a
-    run at its top (eval.json beside seed*/), a seed folder of another experiment, and under --overwrite any run
-    it would not replace (left beside the new seeds); a single run refuses a folder that holds runs below it."""
+    """A folder holds one run, or the seeds of one experiment. A sweep refuses a run at its top, a seed folder of
+    another experiment, and under --overwrite a run it would not replace; a single run refuses runs below it."""
     if not os.path.isdir(out_dir):
         return
     if cfg.seeds > 1 and any(os.path.exists(os.path.join(out_dir, f)) for f in ("config.json", "eval.json")):
@@ -152,15 +128,14 @@ def check_folder(cfg, out_dir: str, ours: set) -> None:
         if cfg.overwrite:
             raise ValueError(f"--out_dir {out_dir}: --overwrite would leave {sub} (a run this sweep does not "
                              f"replace) beside the new seeds; remove it or choose another --out_dir")
-        saved = saved_settings(f"--out_dir {out_dir}: {os.path.join(sub, held[0])}", read_json(os.path.join(sub, held[0])))
-        diff = [x for x in differences(saved, cfg) if not x.startswith("seed=")]
-        if diff:
+        if diff := [x for x in differences_from(cfg, f"--out_dir {out_dir}", os.path.join(sub, held[0]))
+                    if not x.startswith("seed=")]:
             raise ValueError(f"--out_dir {out_dir} holds {sub}, a run of another experiment ({', '.join(diff)}): a "
                              f"sweep folder holds one experiment; choose another --out_dir")
 
 
 def plan(cfg, d: str, single: bool = True):
-    """(action, checkpoint) for run directory d: ("fresh" | "overwrite" | "resume" | "restart" | "skip", ckpt or None)."""
+    """(action, checkpoint) for run directory d: action is fresh, overwrite, resume, restart or skip."""
     check_out_dir(d)
     paths = {f: os.path.join(d, f) for f in RUN_FILES}
     for p in paths.values():
@@ -174,9 +149,7 @@ def plan(cfg, d: str, single: bool = True):
         return ("overwrite" if held else "fresh"), None
     for f in ("config.json", "eval.json"):  # every file of the run must belong to this experiment
         if f in held:
-            saved = saved_settings(f"--resume: {paths[f]}", read_json(paths[f]))
-            diff = differences(saved, cfg)
-            if diff:
+            if diff := differences_from(cfg, "--resume", paths[f]):
                 raise ValueError(f"--resume: {paths[f]} belongs to another run: " + ", ".join(diff))
     if "eval.json" in held:
         return "skip", None
@@ -196,8 +169,8 @@ def plan(cfg, d: str, single: bool = True):
 
 
 def claim(cfg, run_dir: str, single: bool) -> tuple:
-    """plan(), made again under the run's Lock (another process may have filled run_dir since the first
-    check); on --overwrite the old run's files go here, before the new run writes any."""
+    """plan(), again under the run's Lock (another process may have filled run_dir since); on --overwrite the old
+    run's files go here, before the new run writes any."""
     action, start = plan(cfg, run_dir, single)
     if action == "overwrite":
         for f in RUN_FILES:
@@ -206,13 +179,8 @@ def claim(cfg, run_dir: str, single: bool) -> tuple:
     return action, start
 
 
-# the settings a resume may change, kept per segment (stack, static: a stacked chunk rounds differently)
-SEGMENT = ("threads", "device", "amp", "compile", "stack", "static")
-
-
 def segments(cfg_path: str) -> list:
-    """The segments [{step, threads, device, amp, compile, stack, static, env}] recorded in a run's config.json (a run from
-    before segments were recorded: one, from its env)."""
+    """The segments [{step, *SEGMENT, env}] of a run's config.json (a run from before segments: one, from its env)."""
     saved = read_json(cfg_path) if os.path.isfile(cfg_path) else {}
     saved = saved if isinstance(saved, dict) else {}
     if isinstance(saved.get("segments"), list):
@@ -232,32 +200,26 @@ def log_lines(path: str, step: int) -> list[str]:
     kept = []
     for i, line in enumerate(lines):
         try:
-            try:
-                line = line.decode()
-            except UnicodeDecodeError:
-                raise ValueError("not UTF-8 text") from None
+            line = line.decode()
             rec = parse_json(line)
             if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
                 raise ValueError("no integer 'step'")
-        except ValueError as err:
+        except ValueError as err:  # UnicodeDecodeError included
             if i == len(lines) - 1:
                 break  # torn by an interrupted write
-            raise ValueError(f"{path}, line {i + 1}: not a log line ({err})") from None
+            why = "not UTF-8 text" if isinstance(err, UnicodeDecodeError) else err
+            raise ValueError(f"{path}, line {i + 1}: not a log line ({why})") from None
         if rec["step"] <= step:
             kept.append(line + "\n")
     return kept
 
 
-# --- a run's files while it trains: config.json, metrics.jsonl, ckpt.pt --------------------------------------
-
 def open_run(cfg, run_dir: str, step: int, resumed: bool):
-    """Before the first step (of a fresh run, or of a resumed one at `step`): config.json with this segment's
-    (step, machine settings, environment) appended to the earlier ones (a resume may change them), and
-    metrics.jsonl cut back to the checkpoint's step. An earlier segment that starts at or after `step` trained
-    nothing the checkpoint kept (a resume killed before its first step, or before its first checkpoint): this
-    one replaces it. A resume on other code than the previous segment's (code_changed) says so in one line.
-    Returns (env, segments)."""
-    env, cfg_path, log_path = environment(), os.path.join(run_dir, "config.json"), os.path.join(run_dir, "metrics.jsonl")
+    """Before the first step at `step`: config.json gets this segment (step, SEGMENT settings, environment) after
+    the earlier ones that trained something the checkpoint kept (those starting before `step`), and metrics.jsonl
+    is cut back to `step`. A resume on other code than the previous segment's says so. Returns (env, segments)."""
+    env, cfg_path = environment(), os.path.join(run_dir, "config.json")
+    log_path = os.path.join(run_dir, "metrics.jsonl")
     kept = log_lines(log_path, step)  # metrics.jsonl holds exactly the lines up to the checkpoint's step: read first
     earlier = [s for s in segments(cfg_path) if not (isinstance(s, dict) and isinstance(s.get("step"), int)
                                                      and s["step"] >= step)] if resumed else []
@@ -271,9 +233,8 @@ def open_run(cfg, run_dir: str, step: int, resumed: bool):
 
 
 def forget_unsaved(run_dir: str) -> str:
-    """A run stopped before its first checkpoint has nothing to continue from, and its config.json and
-    metrics.jsonl would only block the corrected command (which would need --overwrite): they are removed.
-    Returns the words that say so ("" where a checkpoint exists, and nothing is removed)."""
+    """A run stopped before its first checkpoint loses its config.json and metrics.jsonl, which would only make
+    the corrected command need --overwrite. Returns the words that say so ("" where a checkpoint exists)."""
     if os.path.exists(os.path.join(run_dir, "ckpt.pt")):
         return ""
     for f in ("config.json", "metrics.jsonl"):
@@ -283,8 +244,7 @@ def forget_unsaved(run_dir: str) -> str:
 
 
 def diverged(log_path: str, V: int):
-    """A final training loss above 2 ln V, twice that of guessing uniformly (where training starts), means the
-    run diverged: the last and the first logged loss, in words; None otherwise."""
+    """The first and last logged loss in words if the last is above 2 ln V (twice guessing's): diverged; else None."""
     lines = [parse_json(line) for line in open(log_path)] if os.path.isfile(log_path) else []
     losses = [(r["step"], r["loss"]) for r in lines if isinstance(r, dict) and isinstance(r.get("loss"), (int, float))]
     if not losses or not losses[-1][1] > 2 * math.log(V):
@@ -292,17 +252,14 @@ def diverged(log_path: str, V: int):
     return f"loss {losses[0][1]:.3g} at step {losses[0][0]}, {losses[-1][1]:.3g} at step {losses[-1][0]}"
 
 
-# --- the one run of `python train.py` -------------------------------------------------------------------------
-
 def out_dir_of(cfg) -> str:
     return cfg.out_dir or os.path.join("out", f"{cfg.task}-{cfg.schedule}")
 
 
 @contextlib.contextmanager
 def single(cfg):
-    """The run directory of a single run, checked (check_out_dir, check_folder, plan) before anything is written,
-    then locked for as long as the run lasts and claimed under the lock (another process may have filled it since;
-    --overwrite removes the old files here). Yields (run_dir, action, checkpoint): see plan."""
+    """The run directory of `python train.py`: checked and planned before anything is written, then locked while
+    the run lasts and claimed under the lock. Yields (run_dir, action, checkpoint): see plan."""
     d = out_dir_of(cfg)
     check_out_dir(d)
     check_folder(cfg, d, {d})
@@ -312,8 +269,7 @@ def single(cfg):
 
 
 def log_record(step: int, lr: float, n_max: int, means: dict, ms_per_step: float, elapsed: float) -> dict:
-    """One line of metrics.jsonl: the step, the learning rate and the longest training length in use, the mean
-    stats of the steps since the last line, then the wall clock (the two fields a rerun may change)."""
+    """One line of metrics.jsonl (train.py's and lab/chunks.py's): the wall clock last, the fields a rerun changes."""
     return {"step": step, "lr": lr, "n_max": n_max, **means, "ms_per_step": ms_per_step, "elapsed_s": elapsed}
 
 
@@ -323,24 +279,22 @@ def append_log(path: str, rec: dict) -> None:
 
 
 class Run:
-    """The run directory while a run trains: where it resumes from, where it logs and saves (train.py's loop).
-    start: the checkpoint plan/claim loaded and checked (--resume), or None for a fresh run."""
+    """The run directory while a run trains: where it resumes from, logs and saves. start: the checkpoint plan or
+    claim loaded and checked (--resume), or None for a fresh run."""
 
     def __init__(self, cfg, run_dir: str, start: dict = None):
         self.cfg, self.dir, self.start = cfg, run_dir, start
         self.ckpt, self.log = os.path.join(run_dir, "ckpt.pt"), os.path.join(run_dir, "metrics.jsonl")
-        self.done, self.elapsed, self.sums = 0, 0.0, {}  # steps finished, training seconds, stat sums since the last line
+        self.done, self.elapsed, self.sums = 0, 0.0, {}  # steps done, training seconds, stat sums since the last line
         self.env = self.segments = self.bar = None
 
     def restore(self, model, schedule, optimizer, gens: dict, ema) -> int:
-        """Before the first step: a resumed run's weights, optimizer, generators, EMA and log sums exactly where its
-        checkpoint left them (checked first); then config.json gets this segment and metrics.jsonl is cut back to
-        the checkpoint's step (open_run). Returns the steps already done: 0 for a fresh run."""
+        """Before the first step: a resumed run's weights, optimizer, generators, EMA and log sums exactly as its
+        checkpoint left them; then open_run. Returns the steps already done: 0 for a fresh run."""
         if self.start:
             self.done, self.elapsed, self.sums, ema.weights = checkpoint.restore(self.start, self.dir, model, schedule,
                                                                                  optimizer, gens)
             self.sums = dict(self.sums)
-            checkpoint.check_ema(self.cfg, self.dir, self.done, ema)
         self.env, self.segments = open_run(self.cfg, self.dir, self.done, resumed=bool(self.start))
         self.t0, self.t0_step = time.time(), self.done  # the wall clock since the last line (or the start)
         self.bar = tqdm(initial=self.done, total=self.cfg.max_iters, desc=os.path.basename(self.dir) or self.dir,
@@ -370,7 +324,7 @@ class Run:
         self.t0 = time.time()  # evaluation and printing are not training time
 
     def save(self, model, schedule, optimizer, gens: dict, ema) -> None:
-        """ckpt.pt at this step (checkpoint.state: the one checkpoint format); its writing is not training time."""
+        """ckpt.pt at this step (checkpoint.state); its writing is not training time."""
         t = time.time()
         checkpoint.save_checkpoint(self.ckpt, checkpoint.state(
             self.cfg, self.done, self.elapsed, self.sums, model.state_dict(), schedule.state_dict(),
@@ -380,15 +334,16 @@ class Run:
 
     @contextlib.contextmanager
     def training(self):
-        """Around the training loop. Ctrl-C: one line naming the last good checkpoint (exit 130). A non-finite loss
-        (train_step's FloatingPointError, which does not know its step): its step and the last good checkpoint,
-        and a run stopped before its first checkpoint leaves no files behind (forget_unsaved)."""
+        """Around the training loop. Ctrl-C: one line naming the last good checkpoint (exit 130). A non-finite loss:
+        its step and the last good checkpoint; a run stopped before its first checkpoint leaves no files."""
         try:
             yield
         except KeyboardInterrupt:
             raise interrupted(self.done, lambda: checkpoint.last_good(self.ckpt)) from None
-        except FloatingPointError as err:
-            msg = str(err) if "at step" in str(err) else f"{err} at step {self.done + 1}; {checkpoint.last_good(self.ckpt)}"
+        except FloatingPointError as err:  # train_step's does not know its step
+            msg = str(err)
+            if "at step" not in msg:
+                msg = f"{err} at step {self.done + 1}; {checkpoint.last_good(self.ckpt)}"
             if gone := forget_unsaved(self.dir):
                 msg += f"; {gone}"
             raise FloatingPointError(msg) from None
