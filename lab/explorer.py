@@ -1,26 +1,17 @@
 """
-The depth explorer: `python evaluate.py DIR... --html FILE` writes one self-contained page that shows what a
-looped model does at every depth. Its object is acc[n][K] (metrics.py): exact match at every test length n
-and loop count K. Three views, picked by tabs or by the URL's hash (`FILE#view=run&run=3&cmp=5`;
-`&tip=i,j` hovers a cell, for a screenshot or a test). A page is a file people pass around: each value of the hash
-is one the page allows or its default, and what the views write into the page is escaped text or a number:
+The depth explorer: `python evaluate.py DIR... --html FILE` writes one self-contained page of what a looped model
+does at every depth: acc[n][K] (metrics.py), exact match at every test length n and loop count K. Three views, by
+tab or by the URL's hash (`FILE#view=run&run=3&cmp=5`; `&tip=i,j` hovers a cell, for a screenshot or a test):
 
-    runs     every run as a point per schedule: Oracle / val-K / policy OOD, the accuracy at K = 1 or the loop's
-             gain (metrics.py's depth use) on all samples and on the hard subset, the spread over runs visible; a
-             click opens the run, shift-click compares with it
-    run      acc[n][K] as a heatmap (the hard subset's beside it) with the ID/OOD boundary (n_max), the
-             schedule's test-time depth per length (dot: its mean policy depth), the oracle depth (the best
-             K per length, outlined), the stable interval (how many K reach 90%), and per length the K = 1
-             column's accuracy and what the loop adds to it (best K minus K = 1), with the run's depth use in
-             words above; hovering a cell gives accuracy, n, K and the best shortcut's score at n; a second run
-             beside it, and their difference
-    sample   runs with a ckpt.pt only: a few fixed test samples of one length (eval.json's own test set,
-             half of them hard) with input, target and the model's answer at every K, right or wrong
+    runs     every run as a point per schedule (Oracle / val-K / policy OOD, K = 1 or the loop's gain; all samples
+             and the hard subset); a click opens the run, shift-click compares with it
+    run      acc[n][K] as a heatmap (the hard subset's beside it) with n_max, the policy, oracle and stable depths
+             and the K = 1 column with what the loop adds; a second run beside it, and their difference
+    sample   runs with a ckpt.pt only: a few fixed test samples of one length with the answer at every K
 
-Plain HTML, SVG and a short inline script rather than plotly: the page of the 169 runs of results/chaos/dyck
-is about 0.9 MB where plotly's bundle alone is 3.5 MB; it needs no dependency and no network (it opens from
-disk), and the whole viewer reads in this file. The page holds only what the views draw, rounded to 3
-decimals. Notation as in metrics.py: n length, K loop count (1..T_test), n_max the longest training length.
+Plain HTML, SVG and a short inline script: no dependency, no network, a page of 169 runs is ~0.9 MB (plotly's bundle
+alone is 3.5 MB). A page is passed around: each hash value is one the page allows or its default, and what the
+views write into the page is escaped text or a number. Values are rounded to 3 decimals.
 """
 
 import json
@@ -68,9 +59,8 @@ def run_data(e: dict) -> dict:
 
 
 def sample_data(e: dict) -> dict | None:
-    """{n: [sample]} of a run with a ckpt.pt, None without one: SAMPLES samples of each length of the fixed test
-    set eval.json was scored on (tasks.eval_set with the run's eval_seed), each with its input, target, policy
-    depth, right/wrong at every K ("0110..") and its answers as segments [K_first, K_last, tokens] of equal answers."""
+    """{n: [sample]} of a run with a ckpt.pt (else None): SAMPLES samples of each length of eval.json's test set, each
+    with input, target, policy depth, right/wrong at every K ("0110..") and its answers as segments [K0, K1, tokens]."""
     if not os.path.isfile(os.path.join(e["run_dir"], "ckpt.pt")):
         return None
     cfg, task, model, schedule = load_run(e["run_dir"], e["config"])
