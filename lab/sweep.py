@@ -87,7 +87,7 @@ def train_chunks(cfg, parts: list, rank: int, world: int, device: str, finish) -
                   f"{cfg.schedule}, device {device}" + on_rank
                   + (f", resumed at step {at}" if at else "") + (", static" if cfg.static else ""))
             e, f = chunks.train_chunk([c for c, _, _ in group], [d for _, d, _ in group], device,
-                               [s for _, _, s in group] if at else None, finish)
+                                      [s for _, _, s in group] if at else None, finish)
             evals += e
             failures += f
     for e in sorted(evals, key=lambda e: e["seed"]):
