@@ -1,29 +1,14 @@
 """
-train.py --seeds N --stack S: the N seeds trained S at a time, each chunk of S seeds one batched program
-(stack.py), each seed with the run directory, log, checkpoints and evaluation it would have alone.
+train.py --seeds N --stack S: the seeds trained S at a time, each chunk one batched program (stack.py), each seed
+with the run directory, log, checkpoints and evaluation it would have alone. Stacked seed s is seed s: the same
+initial weights, batches, depth draws (its own generators), halting head and learning rate. One step: every seed's
+batch right-padded to the chunk's longest (padding is never attended to nor scored), L = sum_s L_s, backward, each
+seed's gradient clipped by its own norm, one AdamW (elementwise).
 
-    Chunk(cfgs, device, states)     S seeds' stacked model, schedules and one AdamW, from their initial
-                                    weights (config.build) or from their checkpoints (ordinary ones)
-    Chunk.step(it)                  one training step of every seed of the chunk
-    Chunk.state(s)                  seed s's checkpoint, exactly what train.py's unstacked run writes
-    save_checkpoints(paths, cks)    the chunk's checkpoints at one step, committed together (all or none)
-    train_chunk(cfgs, dirs, ...)    train.py's train_run for S seeds at once (its finish_run evaluates each)
-    (lab/sweep.py splits a --seeds run into chunks and claims each seed under the lock it holds)
-
-Stacked seed s is seed s: the same initial weights, batches (its own data generator), depth draws (its
-own depth generator and schedule object), halting-head initialisation and learning rate. One step:
-
-    every seed's batch, right-padded to the chunk's longest (padding is never attended to nor scored)
-    L = sum_s L_s;  backward;  g_s <- g_s min(1, clip / ||g_s||) per seed;  one AdamW (elementwise)
-
-A seed whose loss is not finite stops alone: its message is printed, its checkpoint stays the last good
-one, the chunk goes on without it. Eager (the default, for the CPU): the losses are read on the host every
-step and the seed is dropped before its update counts. --static (for CUDA): no host read inside the step;
-the batches are padded to one length per task (the longest at n_max), every loop runs to T_max (masked),
-depths are drawn on the host and copied without blocking, a non-finite seed's update is undone on the
-device (torch.where), the stats stay on the device, and all of it is read at log and checkpoint time;
-AdamW is fused with a tensor learning rate; with --compile the loss and the update are compiled
-(mode="reduce-overhead" on CUDA: CUDA graphs).
+A seed whose loss is not finite stops alone. Eager (the CPU default): the losses are read every step and the seed
+is dropped before its update counts. --static (CUDA): no host read inside the step (fixed padding per task, loops
+to T_max, masked; a non-finite seed's update undone on the device, read at log and checkpoint time); fused AdamW
+with a tensor learning rate; --compile compiles the loss and the update (CUDA graphs on CUDA).
 """
 
 import contextlib
@@ -44,8 +29,8 @@ from lab.files import publish, staged
 
 
 def pad_length(task, cfg) -> int:
-    """--static: one pad length per task, the longest training sequence at n_max (16 draws: multiplication's
-    widths vary). A longer batch still works; it only changes the shape once more."""
+    """--static: one pad length per task, the longest training sequence at n_max of 16 draws (multiplication's widths
+    vary; a longer batch still works, it only changes the shape once more)."""
     gen = torch.Generator().manual_seed(0)
     return max(len(task.sample(cfg.n_max, gen)[0]) for _ in range(16))
 
@@ -89,8 +74,6 @@ class Chunk:
         if states:
             self.load(states)
 
-    # --- checkpoints: each seed's is an ordinary unstacked one ---------------------------------------------
-
     def load(self, states: list) -> None:
         self.model.load_state_dict(stack.stack_states([st["model"] for st in states]))
         self.schedule.load_state_dict(stack.stack_states([st["schedule"] for st in states]))
@@ -98,11 +81,8 @@ class Chunk:
         inner = {i: {k: (v if k == "step" else torch.stack([sv[i][k] for sv in saved])) for k, v in saved[0][i].items()}
                  for i in saved[0]}
         self.optimizer.load_state_dict({"state": inner, "param_groups": self.optimizer.state_dict()["param_groups"]})
-        if self.static:
-            self.optimizer.param_groups[0]["lr"] = torch.tensor(float(states[0]["optimizer"]["param_groups"][0]["lr"]),
-                                                                device=self.device)
-        else:
-            self.optimizer.param_groups[0]["lr"] = states[0]["optimizer"]["param_groups"][0]["lr"]
+        lr = states[0]["optimizer"]["param_groups"][0]["lr"]
+        self.optimizer.param_groups[0]["lr"] = torch.tensor(float(lr), device=self.device) if self.static else lr
         for g, st in zip(self.gens, states):
             for k in g:
                 g[k].set_state(st["rng"][k])
@@ -134,8 +114,6 @@ class Chunk:
         models, schedules = [self.models[s] for s in idx], [self.schedules[s] for s in idx]
         self.__init__([self.cfgs[s] for s in idx], self.device, states, dtype=next(self.model.parameters()).dtype)
         self.models, self.schedules, self.acc, self.n_acc = models, schedules, acc, n_acc
-
-    # --- one step ---------------------------------------------------------------------------------------------
 
     def batch(self, n_hi: int):
         """Every seed's batch from its own data generator and its depth draw from its own depth generator,
@@ -182,10 +160,8 @@ class Chunk:
         else:
             self.optimizer.param_groups[0]["lr"] = lr
         loss, stats = self.forward(x, y, Tn, draw, None if self.static else host[3])
-        finite = torch.isfinite(loss.detach())
-        bad = []
-        if not self.static:  # the one host read of the eager step
-            bad = [(s, v) for s, (ok, v) in enumerate(zip(finite.tolist(), loss.tolist())) if not ok]
+        finite = torch.isfinite(loss.detach())  # eager: read on the host, the step's one host read
+        bad = [] if self.static else [(s, v) for s, (ok, v) in enumerate(zip(finite.tolist(), loss.tolist())) if not ok]
         self.optimizer.zero_grad(set_to_none=True)
         torch.where(finite, loss, torch.zeros_like(loss)).sum().backward()  # d/dtheta_s sum_r L_r = dL_s/dtheta_s
         gnorm = self.update(finite)
@@ -209,39 +185,30 @@ class Chunk:
         return out
 
 
-# --- a chunk's checkpoints: all of them or none ------------------------------------------------------------------
-
 def save_checkpoints(paths: list, cks: list, seeds: list) -> None:
-    """The ckpt.pt of every seed of a chunk at one step, committed together, so that a resume finds them at one step
-    and continues them as the same chunk (a chunk of other seeds pads its batches otherwise: not the same rounding).
-    Every checkpoint is checked (finite weights) and written to its temp file first (NAME.tmpPID, fsync), then all
-    are renamed; a Ctrl-C during it lands after the last rename. A failure before the renames (a non-finite seed, a
-    full disk) leaves every seed at its previous checkpoint, and removes the temp files. Only a kill (SIGKILL, power)
-    between two of the renames, microseconds apart, can leave two steps: the resume then trains them as sub-chunks
-    (sweep.train_chunks), each seed equal to its run alone up to rounding."""
+    """The ckpt.pt of every seed of a chunk at one step, committed together, so that a resume continues them as the
+    same chunk (other seeds pad its batches otherwise). All are checked and written to temp files first, then renamed;
+    a failure before the renames leaves every seed at its previous checkpoint. A Ctrl-C lands after the last rename."""
     for p, ck, k in zip(paths, cks, seeds):
         if bad := checkpoint.non_finite(ck):
             raise FloatingPointError(f"seed {k}: non-finite weights at step {ck['step']} ({bad}); " + checkpoint.last_good(p))
-    tmps = []  # files.staged's names (NAME.tmpPID, new files, never a link): a killed writer's are removed (Lock)
+    tmps = []
     with ctrl_c_after():
         try:
             for p, ck in zip(paths, cks):  # atomic_write's halves: a failed write (a full disk) names its file
                 tmps.append(staged(p, lambda f, ck=ck: torch.save(ck, f)))
             for tmp, p in zip(tmps, paths):
                 publish(p, tmp)
-        finally:  # a failure before the renames: the temp files written so far go
+        finally:  # the temp files left by a failure before the renames
             for tmp in tmps:
                 if os.path.lexists(tmp):
                     os.remove(tmp)
 
 
-# --- a chunk's run: train_run (train.py) for S seeds ------------------------------------------------------------
-
 def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tuple[list, list]:
-    """Train the seeds cfgs in run directories dirs as one chunk (from their checkpoints `starts` when
-    resuming, all at one step; else None), then finish(cfg, run_dir, model, schedule, task, T_eval, elapsed,
-    env, segments, device) each seed (train.py's finish_run: evaluate, write eval.json). Returns (evals,
-    [(seed, message)] of the seeds that stopped on a non-finite loss)."""
+    """train.py's train_run for the seeds cfgs in dirs as one chunk (from their checkpoints `starts`, all at one step,
+    or None), then finish(cfg, run_dir, model, schedule, task, T_eval, elapsed, env, segments, device) each seed
+    (train.py's finish_run). Returns (evals, [(seed, message)] of the seeds stopped by a non-finite loss)."""
     cfg = cfgs[0]
     ch = Chunk(cfgs, device, starts)
     step, elapsed = (starts[0]["step"], starts[0]["elapsed"]) if starts else (0, 0.0)
@@ -266,11 +233,9 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
         if keep:
             ch.keep(keep)
 
-    def sync(done: int) -> None:  # --static: the failures since the last read
-        if cfg.static:
-            bad = ch.failed()
-            if bad:
-                stop([(s, f"non-finite loss {v} at step {st}") for s, st, v in bad])
+    def sync() -> None:  # --static: the failures since the last read
+        if cfg.static and (bad := ch.failed()):
+            stop([(s, f"non-finite loss {v} at step {st}") for s, st, v in bad])
 
     t0, t0_step, done = time.time(), step, step
     bar = tqdm(range(step, cfg.max_iters), initial=step, total=cfg.max_iters, desc=f"seeds {seeds[0]}..{seeds[-1]}",
@@ -284,7 +249,7 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
             if not seeds:
                 break
             if done % cfg.log_interval == 0 or done == cfg.max_iters:
-                sync(done)
+                sync()
                 if not seeds:
                     break
                 now = time.time()
@@ -302,13 +267,11 @@ def train_chunk(cfgs: list, dirs: list, device: str, starts: list, finish) -> tu
                     (bar.write if not bar.disable else print)(f"seed {seeds[s]} | {log_line(rec)}")
                 t0 = time.time()
             if done % cfg.ckpt_interval == 0 or done == cfg.max_iters:
-                sync(done)
+                sync()
                 t_save = time.time()
-                cks = []
-                for s in range(len(seeds)):
-                    st = ch.state(s)
-                    cks.append(checkpoint.state(cfgs[s], done, elapsed, st["acc_stats"], st["model"], st["schedule"],
-                                                st["optimizer"], st["rng"]))  # train.py's checkpoint
+                sts = [ch.state(s) for s in range(len(seeds))]  # train.py's checkpoints
+                cks = [checkpoint.state(c, done, elapsed, st["acc_stats"], st["model"], st["schedule"], st["optimizer"],
+                                        st["rng"]) for c, st in zip(cfgs, sts)]
                 with ctrl_c_after():  # a Ctrl-C during the writes lands after them, and after `step` names them
                     save_checkpoints(ckpts, cks, seeds)
                     step = done

@@ -1,18 +1,9 @@
 """
-Plots of evaluated runs (`python evaluate.py DIR --plot`), PNG files beside the runs:
-
-    length_{task}.png    accuracy (oracle) vs test length: one thin line per seed, the seed mean thick,
-                         one panel per schedule (the variance picture of the primary paper)
-    depth_{task}.png     accuracy vs loop steps K at one OOD length (about twice the longest training
-                         length): does depth matter on this task?
-    flip_{task}.png      prediction flip rate Pr_x[yhat_{K+1} != yhat_K] vs K, seed mean per schedule
-    heatmap_*.png        exact-match accuracy over test length x K for the first run of each schedule
-    readouts_*.png       accuracy vs mean exit depth of every readout (needs the run's readouts.json)
-
-All go into the folder given to `evaluate.py --plot DIR`.
-
-matplotlib is an optional extra: without it, plot_all raises ImportError with the install command and
-nothing else is affected. Of the project it imports only lab/files.py's atomic write.
+Plots of evaluated runs (`python evaluate.py DIR --plot`), PNG files in the folder given: length_{task}.png
+(oracle accuracy vs test length, per seed and the seed mean, a panel per schedule), depth_{task}.png (accuracy vs
+loop steps K at one OOD length), flip_{task}.png (prediction flip rate vs K), heatmap_*.png (accuracy over length
+x K, the first run of each schedule), readouts_*.png (accuracy vs mean exit depth of every readout, readouts.json).
+matplotlib is optional: without it plot_all raises ImportError with the install command.
 """
 
 import os

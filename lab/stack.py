@@ -1,38 +1,16 @@
 """
-S seeds as one batched program: every weight of the looped transformer and of its halting head gets a
-leading seed axis, so one forward pass trains S independent runs (train.py --stack S).
+S seeds as one batched program (train.py --stack S): every weight of the looped transformer and of its halting
+head gets a leading seed axis. The model is model.py's LoopedTransformer with its leaves (nn.Linear, nn.LayerNorm,
+nn.Embedding) swapped for seed-axis twins; each schedule's loss is halting.py's, called with the seed axis in front.
 
-One definition. The model is model.py's own LoopedTransformer with its three kinds of leaf swapped for
-seed-axis twins (StackedLoopedTransformer); each schedule's loss is halting.py's, called with the seed axis in
-front (Schedule, MultiDepth, FixedPrior, PonderNet, ACT and RLHalting write their objectives over the last axes).
-What is written here is only what stacking adds:
+Nothing couples two seeds: every op is per seed, the chunk's loss is the sum of the seeds' losses, the gradient is
+clipped per seed and AdamW is elementwise. Stacked seed s thus computes what the unstacked model with its weights
+computes, up to the rounding of a reduction order (tests/test_stack.py). A stacked module has the unstacked one's
+state_dict keys, each tensor with the leading S axis: unstack(state, s) is an ordinary checkpoint of seed s.
 
-    linear layer     y[s] = x[s] W[s]^T + b[s]           one batched matmul (torch.baddbmm) for all seeds
-    LayerNorm        normalised as usual, then each seed's own scale and shift
-    embedding        each seed's own table (one lookup in the S tables laid end to end)
-    attention        model.py's: the seeds fold into its batch, (S, B, P, D) -> (S*B, nh, P, hs)
-    depths           the active set padded to the largest over the seeds (logits_at), each seed's own draws
-
-Nothing couples two seeds: every op is per seed (a batched matmul never mixes its batch entries), the
-loss of the chunk is the sum of the seeds' losses (d/dtheta_s sum_r L_r = dL_s/dtheta_s), the gradient
-is clipped per seed (clip_per_seed) and AdamW is elementwise, so each seed keeps its own moments. Stacked
-seed s therefore computes what the unstacked LoopedTransformer with its weights computes, equal up to the
-rounding of a reduction order (tests/test_stack.py: <= 1e-5 in fp32, <= 1e-10 in float64 after 30 steps).
-
-A stacked module has the unstacked module's state_dict keys, each tensor with the leading S axis:
-unstack(state, s) is an ordinary checkpoint of seed s (evaluate.py reads it unchanged).
-
-Per-sample depths under stacking (logits_at): the active set padded to the largest over the seeds (rows
-sorted deepest first per seed; step t runs the first max_s n_s(t) rows of every seed), or masked compute
-(every row to the chunk's deepest step, or to T_max with static=True: no shape depends on the data).
-
-Stackable schedules: STACKABLE. trm_halt (a data-dependent number of supervision steps, per seed) and the
-NTP baselines do not stack; nor do dropout (its mask comes from the global RNG), the vanilla baseline (a
-block that no sample of one seed reaches has no gradient there, AdamW skips it, the stack cannot) and
-truncated backpropagation (bptt_k).
-
-This file imports torch, model.py and halting.py only. Shapes: S seeds, B batch, P sequence positions,
-D model width, K loop steps, V vocabulary.
+Not stackable (refusal): trm_halt and the NTP baselines, dropout (its mask comes from the global RNG), the vanilla
+baseline (a block no sample of one seed reaches has no gradient there, AdamW skips it, the stack cannot) and
+truncated backpropagation. Shapes: S seeds, B batch, P positions, D model width, K loop steps, V vocabulary.
 """
 
 import copy
@@ -72,13 +50,7 @@ def unstack(state: dict, s: int) -> dict:
     return {k: v[s].detach().cpu().clone() for k, v in state.items()}
 
 
-# --- the leaves of model.py with a leading seed axis on every weight: torch's nn.Linear, nn.LayerNorm and
-# nn.Embedding, one per seed, as one batched op. model.py's own modules are built from them (TWINS, below) ----
-
-def per_seed(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """A per-seed vector w (S, D) shaped to broadcast against x (S, ..., D)."""
-    return w.view(w.shape[0], *[1] * (x.dim() - 2), w.shape[1])
-
+# --- model.py's leaves with a leading seed axis on every weight: S of them as one batched op --------------------
 
 class Linear(nn.Module):
     def __init__(self, S: int, d_in: int, d_out: int, bias: bool = True):
@@ -100,7 +72,8 @@ class LayerNorm(nn.Module):
         self.weight, self.bias = nn.Parameter(torch.empty(S, D)), nn.Parameter(torch.empty(S, D))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, x.shape[-1:]) * per_seed(self.weight, x) + per_seed(self.bias, x)
+        shape = (x.shape[0], *[1] * (x.dim() - 2), x.shape[-1])  # each seed's scale and shift, broadcast
+        return F.layer_norm(x, x.shape[-1:]) * self.weight.view(shape) + self.bias.view(shape)
 
 
 class Embedding(nn.Module):
@@ -115,17 +88,15 @@ class Embedding(nn.Module):
         return F.embedding(idx + offset, self.weight.view(S * V, D))
 
 
-# each leaf module of model.py (nn.Linear, nn.LayerNorm, nn.Embedding) -> its seed-axis twin above
+# each leaf module of model.py -> its seed-axis twin above
 TWINS = {nn.Linear: lambda S, m: Linear(S, m.in_features, m.out_features, bias=m.bias is not None),
          nn.LayerNorm: lambda S, m: LayerNorm(S, m.normalized_shape[-1]),
          nn.Embedding: lambda S, m: Embedding(S, m.num_embeddings, m.embedding_dim)}
 
 
 def StackedLoopedTransformer(models: list[LoopedTransformer]) -> LoopedTransformer:
-    """S looped transformers (model.py) as one: a copy of model.py's own LoopedTransformer in which every leaf
-    (nn.Linear, nn.LayerNorm, nn.Embedding) is replaced by its seed-axis twin, so the architecture (attention,
-    MLP, layer, block, embed / step / readout) is model.py's code, run on (S, B, P, ...) tensors. The same
-    state_dict keys and parameters() order as each model, every tensor with a leading S axis."""
+    """S looped transformers as one: a copy of model.py's with every leaf replaced by its seed-axis twin (the
+    architecture stays model.py's code). The same state_dict keys and parameters() order, each with a leading S."""
     stacked = copy.deepcopy(models[0])
     for name, leaf in list(stacked.named_modules()):
         if type(leaf) in TWINS:
@@ -147,13 +118,9 @@ def trajectory(model: StackedLoopedTransformer, x: torch.Tensor, K: int):
 
 def logits_at(model: StackedLoopedTransformer, x: torch.Tensor, depth: torch.Tensor, depth_host: torch.Tensor | None,
               K: int) -> torch.Tensor:
-    """Each sample read out at its own depth: x (S, B, P), depth (S, B) on x's device -> (S, B, P, V).
-
-    depth_host (the same depths on the host): the active set padded to the largest over the seeds. Rows are
-    sorted by depth per seed, deepest first; step t runs the first n(t) = max_s #{i : depth[s, i] >= t} rows
-    of every seed (sum_t n(t) applications per seed, between sum_i depth_i and B * max depth). None: masked
-    compute, every row runs all K steps and nothing is read on the host (the static step).
-    A row's final state is kept where the step it stops at writes it (torch.where); one readout at the end."""
+    """Each sample read out at its own depth: x (S, B, P), depth (S, B) -> (S, B, P, V). depth_host (the depths on
+    the host): rows sorted deepest first per seed, step t runs the first n(t) = max_s #{i : depth[s, i] >= t} rows
+    of every seed. None: masked compute, every row runs all K steps, no host read (the static step)."""
     S, B = depth.shape
     rows = torch.arange(S, device=x.device).unsqueeze(1)  # (S, 1)
     if depth_host is not None:
@@ -180,12 +147,9 @@ def logits_at(model: StackedLoopedTransformer, x: torch.Tensor, depth: torch.Ten
 # --- the stacked schedules -------------------------------------------------------------------------------
 
 class StackedSchedule(nn.Module):
-    """The stop schedules of S seeds (halting.py objects, the same settings) as one: the halting head q_phi
-    stacked (Linear above), rl's baseline b one per seed. Each seed's own object draws its depths from its
-    own generator (draw); loss computes every seed's loss on the stacked model at once.
-
-    The loss of each schedule is halting.py's, with the seed axis in front; the stats are a tensor
-    (S, len(stat_names)) kept on the device, in the order of the unstacked schedule's stats dict."""
+    """The stop schedules of S seeds (halting.py objects, the same settings) as one: the halting head stacked,
+    rl's baseline one per seed. Each seed's own object draws its depths (draw); loss is halting.py's with the
+    seed axis in front, its stats a tensor (S, len(stat_names)) in the unstacked stats dict's order."""
 
     def __init__(self, schedules: list):
         super().__init__()
@@ -209,26 +173,17 @@ class StackedSchedule(nn.Module):
         return super()._apply(fn, *args, **kwargs)
 
     def draw(self, Tn: torch.Tensor, gens: list) -> torch.Tensor:
-        """Each seed's random draw of this step, on the host, from its own generator: the depth tau (S, B)
-        of a single-depth schedule, rl's uniforms u (S, B); Tn itself for the others. Tn (S, B)."""
+        """Each seed's draw of this step from its own generator, on the host: the depth (S, B) of a single-depth
+        schedule, rl's uniforms (S, B); Tn (S, B) itself for the others."""
         if self.name in SINGLE:
             return torch.stack([s.train_depth(t, g) for s, t, g in zip(self.seeds, Tn, gens)])
         if self.name == "rl":
             return torch.stack([torch.rand(Tn.shape[1], generator=g) for g in gens])
         return Tn
 
-    def hazard_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """a_t = q_phi(h_t): pooled states (S, ..., D) -> (S, ...); rl's head sees detached states."""
-        return self.head(h.detach() if self.first.detach_input else h).squeeze(-1)
-
-    def trajectory_logits(self, hidden: torch.Tensor, mask: torch.Tensor, K: int) -> torch.Tensor:
-        """Hazard logits of steps 1..K-1: hidden (S, >=K, B, P, D), mask (S, B, P) -> (S, B, K-1)."""
-        return self.hazard_logits(pool(hidden[:, 1:K], mask.unsqueeze(1))).transpose(1, 2)
-
     def loss(self, model, x, y, Tn, draw, draw_host=None):
         """Every seed's training loss (S,) and stats (S, n). x, y (S, B, P), Tn and draw (S, B) on the device.
-        draw_host: the draw on the host (eager: the active set and the deepest step of the chunk are read
-        from it); None: static, every loop runs to T_max and nothing is read back."""
+        draw_host: the draw on the host (eager); None: static, every loop runs to T_max, nothing is read back."""
         S, B = Tn.shape
         arange = torch.arange(1, self.T_max + 1, device=x.device, dtype=torch.float32)  # t = 1..T_max
         if self.name in SINGLE:
@@ -252,7 +207,8 @@ class StackedSchedule(nn.Module):
             return loss, torch.stack([loss.detach(), torch.full_like(depth, self.T_max), depth], 1)
         pad = self.first.pad_id  # real tokens: what the head pools over (halting.HaltingHead.real, on (S, B, P))
         mask = x != pad if pad is not None else torch.ones_like(x, dtype=torch.bool)
-        a = self.trajectory_logits(hidden, mask, self.T_max)  # (S, B, T_max-1)
+        h = pool(hidden[:, 1:self.T_max], mask.unsqueeze(1))  # a_t = q_phi(h_t), t < T_max; rl's head: detached states
+        a = self.head(h.detach() if self.first.detach_input else h).squeeze(-1).transpose(1, 2)  # (S, B, T_max-1)
         full = torch.full((S,), float(self.T_max), device=x.device)
         if self.name == "ponder":
             log_q = log_stop_distribution(a)  # (S, B, T_max)
@@ -281,8 +237,7 @@ class StackedSchedule(nn.Module):
 # --- per-seed optimisation --------------------------------------------------------------------------------
 
 def clip_per_seed(params: list, max_norm: float) -> torch.Tensor:
-    """torch.nn.utils.clip_grad_norm_ for each seed apart: ||g_s|| over every parameter's slice s, and g_s
-    scaled by min(1, max_norm / (||g_s|| + 1e-6)). params: stacked (S, ...) tensors. Returns ||g_s|| (S,)."""
+    """clip_grad_norm_ for each seed apart: g_s scaled by min(1, max_norm / (||g_s|| + 1e-6)). Returns ||g_s|| (S,)."""
     grads = [p.grad for p in params if p.grad is not None]
     norm = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)  # (S,)
     coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)

@@ -1,12 +1,7 @@
 """
-Many seeds at once (train.py --seeds N, torchrun's ranks, --stack S): train.py imports this only then, so a single
-run never loads the tables, the statistics or the stacked seeds.
-
-    sweep(cfg, train_run, finish)  seeds seed..seed+N-1, in one process or split over torchrun's ranks: every seed
-                                   of a rank locked and planned again first (take_locks), then each claimed
-                                   (rundir), trained or skipped; then the table. A seed whose loss turns non-finite
-                                   stops alone: the others train, then the sweep exits 1 naming it
-    split, train_chunks            --stack S: the chunks of seeds one rank trains as one batched program (chunks.py)
+Many seeds at once (train.py --seeds N, torchrun's ranks, --stack S): train.py imports this only then. sweep trains
+seeds seed..seed+N-1, every seed of a rank locked and planned again first, then each claimed, trained or skipped;
+then the table. A seed whose loss turns non-finite stops alone: the others train, then the sweep exits 1 naming it.
 """
 
 import contextlib
@@ -22,10 +17,8 @@ import metrics
 from lab import checks, chunks, records, rundir, stack, tables
 from lab.files import Lock, write_json
 
-# How long a rank waits for the others in the process group (at its start, after the locks, and for the results at
-# the end). A rank whose seeds are done waits there for the slowest rank, however long its seeds take: the default
-# 30 minutes crashed it, and torchrun then killed the ranks still training. A rank that dies does not leave the
-# others waiting a year: torchrun stops every rank once one has failed.
+# How long a rank waits for the others (a rank whose seeds are done waits for the slowest: torch's default 30 minutes
+# crashed it). A rank that dies leaves no one waiting: torchrun then stops every rank.
 WAIT = datetime.timedelta(days=365)
 
 
@@ -43,10 +36,9 @@ def init_distributed(device: str):
 
 
 def take_locks(cfg, mine: list, locks: contextlib.ExitStack, world: int) -> None:
-    """Every lock of this rank's seeds `mine` [(seed, run dir)], into `locks`, each seed planned again under its
-    lock, before any run is deleted (--overwrite) or trained: a seed that another process holds, or filled since
-    the first plan, stops the sweep with nothing changed. Under torchrun the ranks then agree: all go on, or all
-    stop with the first rank's line (rank 0 prints it, cli.run)."""
+    """Every lock of this rank's seeds `mine` [(seed, run dir)] into `locks`, each seed planned again under it before
+    any run is deleted or trained: a seed held elsewhere or filled since stops the sweep with nothing changed. Under
+    torchrun the ranks agree: all go on, or all stop with the first rank's line."""
     err = None
     try:
         for k, d in mine:
@@ -63,34 +55,39 @@ def take_locks(cfg, mine: list, locks: contextlib.ExitStack, world: int) -> None
 
 
 def split(cfg, runs: list, rank: int, world: int) -> list[list]:
-    """The chunks of `runs` [(seed, run dir)] that rank `rank` of `world` trains: chunks of cfg.stack seeds,
-    chunk i on rank i % world."""
+    """The chunks of cfg.stack seeds of `runs` [(seed, run dir)] that rank `rank` trains: chunk i on rank i % world."""
     return [runs[i:i + cfg.stack] for i in range(0, len(runs), cfg.stack)][rank::world]
 
 
+def claim(cfg, k: int, d: str):
+    """Seed k's config, rundir.claim's (action, start) (on --overwrite its old files go now), a skipped seed's line."""
+    run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
+    action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)
+    if action == "skip":
+        print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
+    return run_cfg, action, start
+
+
 def train_chunks(cfg, parts: list, rank: int, world: int, device: str, finish) -> tuple[list, list]:
-    """The chunks `parts` (split: this rank's), each seed claimed again (rundir.claim: on --overwrite its old
-    files go here) right before its chunk trains. The caller holds every seed's lock and has planned every seed
-    under it (sweep), so no chunk deletes a run before all of them are known to go ahead. Finished seeds are
-    skipped; within a chunk, seeds resumed from checkpoints at different steps train as sub-chunks. finish: see
-    train_chunk."""
+    """The chunks `parts` (split: this rank's), each seed claimed right before its chunk trains (the caller holds
+    and has planned every seed's lock). Finished seeds are skipped; seeds resumed at different steps train as
+    sub-chunks. finish: see chunks.train_chunk."""
     evals, failures = [], []
+    on_rank = f", rank {rank}/{world}" if world > 1 else ""
     for part in parts:
         todo = {}
         for k, d in part:
-            run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
-            action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)
+            run_cfg, action, start = claim(cfg, k, d)
             if action == "skip":
-                print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
                 evals.append({**records.load_eval(d), "run_dir": d})
             else:
                 todo.setdefault(start["step"] if start else 0, []).append((run_cfg, d, start))
         for at, group in sorted(todo.items()):
             print(f"chunk of seeds {', '.join(str(c.seed) for c, _, _ in group)}: task {cfg.task}, schedule "
-                  f"{cfg.schedule}, device {device}" + (f", rank {rank}/{world}" if world > 1 else "")
+                  f"{cfg.schedule}, device {device}" + on_rank
                   + (f", resumed at step {at}" if at else "") + (", static" if cfg.static else ""))
             e, f = chunks.train_chunk([c for c, _, _ in group], [d for _, d, _ in group], device,
-                               [s for _, _, s in group] if at else None, finish)
+                                      [s for _, _, s in group] if at else None, finish)
             evals += e
             failures += f
     for e in sorted(evals, key=lambda e: e["seed"]):
@@ -99,9 +96,9 @@ def train_chunks(cfg, parts: list, rank: int, world: int, device: str, finish) -
 
 
 def sweep(cfg, train_run, finish_run) -> None:
-    """Train seeds cfg.seed .. cfg.seed + cfg.seeds - 1 (one: into cfg.out_dir; several: into out_dir/seed{k}/),
-    every seed's plan checked before anything is written; rank r of torchrun's P trains seeds r, r+P, ...
-    (--stack: chunks of seeds, lab/chunks.py). Prints each run and the table over seeds (summary.json)."""
+    """Train seeds cfg.seed .. cfg.seed + cfg.seeds - 1 (one: into cfg.out_dir; several: into out_dir/seed{k}/), every
+    seed's plan checked before anything is written; rank r of P trains seeds r, r+P, ... (--stack: chunks). Prints
+    each run and the table over seeds (summary.json)."""
     if cfg.stack and (why := stack.refusal(cfg)):  # before anything is written
         raise ValueError(why)
     rank, world, device = init_distributed(checks.pick_device(cfg.device))
@@ -119,10 +116,8 @@ def sweep(cfg, train_run, finish_run) -> None:
             evals, failures = train_chunks(cfg, parts, rank, world, device, finish_run)
         else:  # one seed at a time
             for k, d in [part[0] for part in parts]:
-                run_cfg = dataclasses.replace(cfg, seed=k, out_dir=d)
-                action, start = rundir.claim(run_cfg, d, single=cfg.seeds == 1)  # --overwrite: the old files go now
+                run_cfg, action, start = claim(cfg, k, d)
                 if action == "skip":
-                    print(f"seed {k}: finished earlier, skipped ({d}/eval.json)")
                     e = records.load_eval(d)
                 else:
                     how = {"resume": f", resumed at step {start and start['step']}",
