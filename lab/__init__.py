@@ -15,7 +15,7 @@ method; all of it is needed to run it safely, at scale and reproducibly, and to 
     stats.py      tests over seeds: Welch, sign-flip, Std intervals, two sets of runs by seed, the ICC
     compare.py    two sets of runs as distributions, the seed as the unit; evaluate.py --against's verdict
     plots.py      optional PNG plots (matplotlib)
-    explorer.py   evaluate.py --html: one self-contained page of acc[n][K] for every run
+    explorer.py   evaluate.py --html: one self-contained page of acc[n][K] for every run (explorer.html: the page)
 
 Every import of the lab says so (`from lab import rundir`); the root's concept files never import it.
 """
