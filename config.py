@@ -13,7 +13,6 @@ import torch
 
 from halting import SCHEDULES, make_schedule, settings
 from model import LoopedTransformer, ModelConfig
-import ntp
 from tasks import PAD, TASKS, get_task, task_kwargs
 
 
@@ -23,11 +22,25 @@ def opt(default, help: str, **meta):
     return field(default=default, metadata={"help": help, **meta})
 
 
+# The NTP baselines' flags (the baselines themselves are ntp.py's, loaded only by a run of one: build). Each one's
+# own flags (train.py refuses the others: check_unread); its names are ntp.SCHEDULES' (tests/test_config.py)
+NTP_KNOBS = {"ntp": ("c", "ntp_greedy"), "ntp_pause": ("c", "n_pause", "ntp_greedy"), "ntp_loop": ("c", "ntp_greedy")}
+# the looped model's flags a baseline does not read (train.py refuses them too): each scores itself at its one depth
+# c (score_set: no T_test axis); ntp and ntp_pause build distinct blocks without injection (ntp.build), whatever the
+# flags say; ntp_loop is looped with injection as --inject says (its --no-looped: ntp.make's own refusal)
+NTP_UNREAD = {"ntp": ("T_test", "inject", "looped"), "ntp_pause": ("T_test", "inject", "looped"),
+              "ntp_loop": ("T_test",)}
+# the settings that define each one's experiment (lab/tables.py): its knobs but ntp_greedy (it changes how the exact
+# match is computed, not its value), T_max (c = 0 means T_max) and ntp_loop's input injection (the model's: ntp.build)
+NTP_SETTINGS = {s: tuple(k for k in ks if k != "ntp_greedy") + ("T_max",) + (("inject",) if s == "ntp_loop" else ())
+                for s, ks in NTP_KNOBS.items()}
+
+
 @dataclass
 class Config:
     task: str = opt("dyck", "task name", choices=list(TASKS), section="what to train")
     schedule: str = opt("window", "stop schedule, or an autoregressive baseline (ntp, ntp_pause, ntp_loop: ntp.py)",
-                        choices=list(SCHEDULES) + list(ntp.SCHEDULES))
+                        choices=list(SCHEDULES) + list(NTP_KNOBS))
     c: int = opt(0, "the constant depth c of fixed and fixed_window (the papers' 'fixed K = c') and of the NTP "
                     "baselines (ntp, ntp_pause: c blocks of n_layer layers; ntp_loop: c loops); 0: T_max")
     w: int = opt(5, "window half-width: D ~ Unif{-w..w} (window, fixed_window, multidepth)")
@@ -141,9 +154,9 @@ SHARED = ("T_max", "d_model")  # read by the model and by every schedule (a lear
 
 def knobs_of(schedule: str) -> list[str]:
     """The flags schedule `schedule` reads: halting.settings less what its loss and policy never read (its class's
-    `unread`; pad_id, not a flag), or ntp.py's."""
-    if schedule in ntp.KNOBS:
-        return list(ntp.KNOBS[schedule])
+    `unread`; pad_id, not a flag), or an NTP baseline's (NTP_KNOBS)."""
+    if schedule in NTP_KNOBS:
+        return list(NTP_KNOBS[schedule])
     return [k for k in settings(schedule) if k != "pad_id" and k not in SCHEDULES[schedule].unread]
 
 
@@ -157,8 +170,8 @@ def check_unread(cfg: Config, given: set) -> None:
     is refused in one line: `--schedule matched --w 3` would otherwise train matched and say nothing. "Read" is
     what the run's computation reads: the schedule's knobs (knobs_of: its loss and policy), the task's, the
     switches' (NEEDS: --curriculum_every without --curriculum), and the looped model's flags an NTP baseline
-    ignores (ntp.UNREAD). Presets and recipes set defaults, not flags, so they are never refused."""
-    schedule_knobs = {k for s in [*SCHEDULES, *ntp.KNOBS] for k in knobs_of(s)} - set(SHARED)
+    ignores (NTP_UNREAD). Presets and recipes set defaults, not flags, so they are never refused."""
+    schedule_knobs = {k for s in [*SCHEDULES, *NTP_KNOBS] for k in knobs_of(s)} - set(SHARED)
     task_knobs = {k for t in TASKS.values() for k in t.knobs}
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
@@ -168,7 +181,7 @@ def check_unread(cfg: Config, given: set) -> None:
         if f.name in NEEDS and not getattr(cfg, NEEDS[f.name][0]):
             switch = NEEDS[f.name][1]
             raise ValueError(f"{flag}: read only with {switch}, which is off; add it or drop {flag.split()[0]}")
-        if f.name in ntp.UNREAD.get(cfg.schedule, ()):
+        if f.name in NTP_UNREAD.get(cfg.schedule, ()):
             raise ValueError(f"{flag}: the NTP baseline {cfg.schedule} does not read it (it scores itself at its one "
                              f"depth c, its model is its own); its knobs: {', '.join(knobs_of(cfg.schedule))}")
         if f.name in schedule_knobs and f.name not in knobs_of(cfg.schedule):
@@ -332,7 +345,8 @@ def build(cfg: Config):
     task = get_task(cfg.task, **task_kwargs(cfg.task, dataclasses.asdict(cfg)))
     s = seeds_of(cfg)
     torch.manual_seed(stream(s["model"], "model"))
-    if cfg.schedule in ntp.SCHEDULES:  # the autoregressive baselines build their own model (ntp.py)
+    if cfg.schedule in NTP_KNOBS:  # the autoregressive baselines build their own model
+        import ntp  # here: a run of a stop schedule does not load the baselines
         model, schedule = ntp.build(dataclasses.asdict(cfg), task)
         perturb_(cfg, model, schedule)
         torch.manual_seed(stream(s["torch"], "torch"))

@@ -195,16 +195,6 @@ class NTPLoop(NTP):
 
 
 SCHEDULES = {s.name: s for s in [NTP, NTPPause, NTPLoop]}
-# the one list of each baseline's own flags (train.py refuses the others: config.check_unread)
-KNOBS = {"ntp": ("c", "ntp_greedy"), "ntp_pause": ("c", "n_pause", "ntp_greedy"), "ntp_loop": ("c", "ntp_greedy")}
-# the looped model's flags a baseline does not read (train.py refuses them too): each scores itself at its one depth
-# c (score_set: no T_test axis); ntp and ntp_pause build distinct blocks without injection (build), whatever the
-# flags say; ntp_loop is looped with injection as --inject says (its --no-looped: make's own refusal)
-UNREAD = {"ntp": ("T_test", "inject", "looped"), "ntp_pause": ("T_test", "inject", "looped"), "ntp_loop": ("T_test",)}
-# the settings that define each one's experiment: its knobs but ntp_greedy (it changes how the exact match is
-# computed, not its value), T_max (c = 0 means T_max) and ntp_loop's input injection (the model's: build)
-SETTINGS = {s: tuple(k for k in ks if k != "ntp_greedy") + ("T_max",) + (("inject",) if s == "ntp_loop" else ())
-            for s, ks in KNOBS.items()}
 
 
 def token_ids(task) -> dict:

@@ -10,10 +10,9 @@ import math
 import os
 import statistics
 
-from config import Config
+from config import NTP_KNOBS, NTP_SETTINGS, Config
 from halting import SCHEDULES, settings
 import metrics
-import ntp
 from tasks import TASKS
 from lab import compare, stats
 from lab.files import atomic_write, read_json
@@ -25,7 +24,7 @@ REPLICATE_EPS = 1e-5  # under a hundred float32 roundings (2^-23 each): a replic
 BOOKKEEPING = {"perturb_seed", "seed", "seeds", "out_dir", "resume", "overwrite", "device", "threads", "log_interval",
                "eval_interval", "ckpt_interval", "eval_batch_size", "compile", "amp", "preset", "stack", "static",
                "tf32"}
-SCHEDULE_KNOBS = ({k for s in SCHEDULES for k in settings(s)} | {k for ks in ntp.KNOBS.values() for k in ks}) - {
+SCHEDULE_KNOBS = ({k for s in SCHEDULES for k in settings(s)} | {k for ks in NTP_KNOBS.values() for k in ks}) - {
     "T_max", "d_model", "pad_id", "active_set"}
 TASK_KNOBS = {k for t in TASKS.values() for k in t.knobs}
 DEFAULTS = dataclasses.asdict(Config())
@@ -38,7 +37,7 @@ def run_key(e: dict) -> tuple:
     c, s, t = {**dataclasses.asdict(Config()), **e["config"]}, e["schedule"], e["task"]
     c["c"] = Config(c=c["c"], T_max=c["T_max"]).depth_c  # c = 0 and c = T_max: one experiment, labelled by its depth
     c["perturb"] = c["perturb"] if c["perturb"] > REPLICATE_EPS else 0.0  # a rounding-sized nudge: a replicate
-    own = set(settings(s)) if s in SCHEDULES else set(ntp.SETTINGS.get(s, ()))
+    own = set(settings(s)) if s in SCHEDULES else set(NTP_SETTINGS.get(s, ()))
     drop = BOOKKEEPING | (SCHEDULE_KNOBS - own) | (TASK_KNOBS - set(TASKS[t].knobs if t in TASKS else ()))
     return tuple(sorted((k, v) for k, v in {**c, "task": t, "schedule": s}.items() if k not in drop))
 

@@ -219,3 +219,14 @@ def test_the_study_scripts_name_no_unread_flag():
     for flags in lc.CASES.values():
         train.parse_args(lc.command(flags))
     assert "--T_test" not in lc.command(["--schedule", "ntp"]) and "--T_test" in lc.command(["--schedule", "window"])
+
+
+@pytest.mark.smoke
+def test_the_ntp_flag_tables_name_ntp_pys_baselines_and_configs_fields():
+    """config.py holds the NTP baselines' flag rules, so that a run of a stop schedule does not load ntp.py (the
+    layout's budget); ntp.py holds the baselines: the two must name the same three schedules and real flags."""
+    import ntp
+    assert list(config.NTP_KNOBS) == list(config.NTP_UNREAD) == list(config.NTP_SETTINGS) == list(ntp.SCHEDULES)
+    fields = {f.name for f in dataclasses.fields(config.Config)}
+    for table in (config.NTP_KNOBS, config.NTP_UNREAD, config.NTP_SETTINGS):
+        assert {k for ks in table.values() for k in ks} <= fields
