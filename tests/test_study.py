@@ -870,7 +870,8 @@ def test_chaos_refuses_a_run_of_another_command_in_a_slot(tmp_path, capfd, monke
     err = command_line(chaos_here(capfd, monkeypatch, tmp_path))
     assert "fixed/seed101/r0" in err and "seed=100" in err
     assert (tmp_path / "results" / "README.md").read_bytes() == readme
-    proc = chaos_here(capfd, monkeypatch, tmp_path, args=["--queue"])  # chaos.sh: lanes.sh would skip the slot, so the queue refuses it
+    # chaos.sh: lanes.sh would skip the slot, so the queue refuses it
+    proc = chaos_here(capfd, monkeypatch, tmp_path, args=["--queue"])
     assert "fixed/seed101/r0" in command_line(proc) and proc.stdout == ""
     shutil.rmtree(slot)
     shutil.copytree(committed_slot("window", 101, 0), slot)  # another schedule in the slot
