@@ -12,8 +12,10 @@ import copy  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import types  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402  (after OMP_NUM_THREADS; pytest.ini's pythonpath makes the root importable)
@@ -117,6 +119,34 @@ def call(fn, argv):
         return fn(argv)
     except Exception as err:  # noqa: BLE001
         return f"raised {type(err).__name__}: {err}"
+
+
+class Hung(Exception):
+    """A command run in this process that was still running at its deadline (a subprocess would be killed)."""
+
+
+def in_process(cap, fn, argv, timeout=None):
+    """fn(argv), a command's cli.run(main, ...), run in this process instead of a fresh `python` (which costs
+    seconds of imports): its exit code, stdout and stderr as subprocess.run reports them (.returncode, .stdout,
+    .stderr). cap: pytest's capfd, read out first so only the command's output is kept. A traceback (the bug)
+    becomes the exception's name (call), so the assertions fail on it; past timeout seconds a hang raises Hung
+    and fails the same way, as subprocess.run's timeout would. Only where the property is the command's logic
+    (message, exit code, files): signals, environment, encodings and resource limits need a real process."""
+    cap.readouterr()
+
+    def hung(signum, frame):
+        raise Hung(f"still running after {timeout} s")
+    old = signal.signal(signal.SIGALRM, hung) if timeout else None
+    if timeout:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        code = call(fn, argv)
+    finally:
+        if timeout:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    out, err = cap.readouterr()
+    return types.SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
 
 def train_call(argv):

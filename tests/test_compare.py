@@ -13,8 +13,11 @@ import sys
 import numpy as np
 import pytest
 
+import evaluate
 from lab import compare, stats
 from study import stats as study_stats
+
+from conftest import in_process
 
 # Wikipedia, "Welch's t-test", example 1: t = -2.46, df = 25.0 (tests/test_stats.py checks p)
 A1 = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
@@ -182,45 +185,52 @@ def test_against_refuses_new_seeds_partly_in_the_reference():
     ("results/chaos/dyck/threads2/window", "results/chaos/dyck/window/seed100", "at least 4 seeds"),
     ("results/chaos/dyck/threads2/window", "results/chaos/dyck/threads2/window", "its own reference"),
 ])
-def test_against_bad_input_is_one_line(new, ref, words):
-    p = subprocess.run([sys.executable, "evaluate.py", new, "--against", ref], capture_output=True, text=True)
+def test_against_bad_input_is_one_line(new, ref, words, capfd):
+    p = in_process(capfd, evaluate.cli, [new, "--against", ref])
     assert p.returncode == 2 and p.stdout == "" and words in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
 # --- issue 71, group B: --against reads one experiment a side, and a run once; group D: H3 -------------------
 
 def against_cli(new, ref, timeout=120):
+    """`python evaluate.py NEW --against REF`, a real process: the command's own wiring (its __main__) and a
+    hang killed by the timeout."""
     return subprocess.run([sys.executable, "evaluate.py", str(new), "--against", str(ref)], capture_output=True,
                           text=True, timeout=timeout)
 
 
-def test_against_refuses_a_reference_of_two_experiments(tmp_path):
+def against_here(capfd, new, ref):
+    """The same command run in this process (conftest.in_process): its exit code, stdout and stderr."""
+    return in_process(capfd, evaluate.cli, [str(new), "--against", str(ref)], timeout=120)
+
+
+def test_against_refuses_a_reference_of_two_experiments(tmp_path, capfd):
     """S22: a reference of fixed and rl runs was pooled as one ensemble (a seed's fixed and rl runs "replicates")
     and the verdict printed, rc 0. Seen failing before the fix (CONSISTENT)."""
     (tmp_path / "ref").mkdir()
     for row in ("fixed", "rl"):
         os.symlink(os.path.abspath(f"results/chaos/dyck/{row}"), tmp_path / "ref" / row)
-    p = against_cli("results/chaos/dyck/threads2/fixed", tmp_path / "ref")
+    p = against_here(capfd, "results/chaos/dyck/threads2/fixed", tmp_path / "ref")
     assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1
     assert "--against: 2 experiments (fixed c=20" in p.stderr and "rl" in p.stderr
 
 
-def test_against_copies_of_the_references_runs_are_not_new_runs(tmp_path):
+def test_against_copies_of_the_references_runs_are_not_new_runs(tmp_path, capfd):
     """S23: `cp -r` copies of the reference's own runs passed as new runs (only realpaths were compared). Seen failing
     before the fix (CONSISTENT, rc 0)."""
     for k in (100, 101, 102):
         shutil.copytree(f"results/chaos/dyck/window/seed{k}/r0", tmp_path / "new" / f"seed{k}")
-    p = against_cli(tmp_path / "new", "results/chaos/dyck/window")
+    p = against_here(capfd, tmp_path / "new", "results/chaos/dyck/window")
     assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1
     assert "has the seed, replicate and results of the reference's" in p.stderr and "its own reference" in p.stderr
 
 
-def test_against_a_run_and_its_backup_are_not_two_replicates(tmp_path):
+def test_against_a_run_and_its_backup_are_not_two_replicates(tmp_path, capfd):
     """S24: a run and its `cp -r` backup counted as two replicates of its seed (the table of the same folder refuses
     it). Seen failing before the fix (a verdict, rc 0)."""
     shutil.copytree("results/chaos/dyck/threads2/window", tmp_path / "ref")
     shutil.copytree(tmp_path / "ref" / "seed100", tmp_path / "ref" / "seed100.bak")
-    p = against_cli("results/chaos/dyck/threads2/fixed", tmp_path / "ref")
+    p = against_here(capfd, "results/chaos/dyck/threads2/fixed", tmp_path / "ref")
     assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1
     assert "seed 100 appears 2 times" in p.stderr
 
@@ -242,7 +252,7 @@ def test_against_a_fifo_log_neither_hangs_nor_drops_the_loss_test_silently(tmp_p
 
 # --- issue 71, group C: a run --against cannot read is named, never dropped -------------------------------------
 
-def test_against_a_new_run_with_a_nan_metric_is_refused_by_name(tmp_path):
+def test_against_a_new_run_with_a_nan_metric_is_refused_by_name(tmp_path, capfd):
     """C / S27 (issue 71): a new run with oracle_ood NaN was dropped from the OOD tests without a word and the verdict
     printed (rc 0). The one reader refuses it: one line naming the run, the field and the value, exit 2.
     Failed before its fix: assert 0 == 2 (--against: CONSISTENT: new 5 runs against the reference's 50 runs)."""
@@ -251,12 +261,12 @@ def test_against_a_new_run_with_a_nan_metric_is_refused_by_name(tmp_path):
     e = json.load(open(path))
     e["metrics"]["oracle_ood"] = float("nan")
     path.write_text(json.dumps(e))
-    p = against_cli(tmp_path / "new", "results/chaos/dyck/window")
+    p = against_here(capfd, tmp_path / "new", "results/chaos/dyck/window")
     assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert f"{path}: metrics 'oracle_ood' is NaN, not an accuracy in %" in p.stderr
 
 
-def test_against_a_run_without_a_metric_is_named_and_counted(tmp_path):
+def test_against_a_run_without_a_metric_is_named_and_counted(tmp_path, capfd):
     """C / S27 (issue 71): a run whose metric is null (nothing tested there) left that metric's test without a word.
     It is named and counted now, beside the verdict.
     Failed before its fix: assert 'exit depth: 1 new run(s) without a value' in '--against: CONSISTENT: ...'."""
@@ -265,6 +275,6 @@ def test_against_a_run_without_a_metric_is_named_and_counted(tmp_path):
     e = json.load(open(path))
     e["metrics"]["policy_depth_ood"] = None
     path.write_text(json.dumps(e))
-    p = against_cli(tmp_path / "new", "results/chaos/dyck/window")
+    p = against_here(capfd, tmp_path / "new", "results/chaos/dyck/window")
     assert p.returncode in (0, 1), p.stderr
     assert (f"exit depth: 1 new run(s) without a value (e.g. {path.parent}); tested on the other runs") in p.stdout, p.stdout

@@ -22,7 +22,7 @@ from model import LoopedTransformer, ModelConfig
 from tasks import IGNORE, eval_set, get_task
 from lab import records, tables
 
-from conftest import call, copy_files, copy_run, one_line, snapshot
+from conftest import call, copy_files, copy_run, in_process, one_line, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTHS, N_MAX = [10, 20, 30, 40], 19
@@ -413,8 +413,9 @@ def test_a_run_given_twice_counts_once_and_mixed_grids_are_refused(base, tmp_pat
 
 # --- the command line ---------------------------------------------------------------------------------
 
-def test_no_runs_is_a_one_line_error_with_exit_code_2(tmp_path):
-    p = subprocess.run([sys.executable, "evaluate.py", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+def test_no_runs_is_a_one_line_error_with_exit_code_2(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    p = in_process(capfd, evaluate.cli, [str(tmp_path)])
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and "no runs" in p.stderr and str(tmp_path) in p.stderr
 

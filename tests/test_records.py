@@ -8,8 +8,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -20,7 +18,7 @@ from lab import files, records
 from lab.cli import run
 from study import choice
 
-from conftest import ROOT, TINY, call, copy_run, nan_copy, one_line, snapshot, synthetic_eval, write_run
+from conftest import ROOT, TINY, call, copy_run, in_process, nan_copy, one_line, snapshot, synthetic_eval, write_run
 
 
 @pytest.mark.smoke
@@ -171,12 +169,13 @@ def test_readouts_refuse_a_non_finite_or_foreign_checkpoint(base, tmp_path, caps
     assert "belongs to another run" in err and "w=3" in err and snapshot(d) == before
 
 
-def test_a_fifo_named_eval_json_is_refused_not_read(tmp_path):
+def test_a_fifo_named_eval_json_is_refused_not_read(tmp_path, capfd, monkeypatch):
     """4E3: evaluate.py blocked forever on a FIFO named eval.json. Failed before its fix."""
     d = tmp_path / "run"
     d.mkdir()
     os.mkfifo(d / "eval.json")
-    r = subprocess.run([sys.executable, "evaluate.py", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    monkeypatch.chdir(ROOT)
+    r = in_process(capfd, evaluate.cli, [str(d)], timeout=120)  # a hang fails at the deadline
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r
     assert str(d / "eval.json") in r.stderr and "not a regular file" in r.stderr
 

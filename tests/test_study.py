@@ -9,16 +9,21 @@ import json
 import os
 import random
 import resource
+import runpy
 import shutil
 import stat
 import subprocess
 import sys
+import types
 
 import pytest
 
 import config
 from lab import files, records
+from lab.cli import run
 from study import chaos, exclusions, ladder, recipes, stats, study
+
+from conftest import in_process
 
 ROOT = study.ROOT
 
@@ -558,12 +563,34 @@ def test_bad_input_to_the_study_scripts(tmp_path, script, env, argv, word):
     assert sorted(tmp_path.rglob("*")) == sorted([path, *path.parents][:len(path.relative_to(tmp_path).parts)])
 
 
+def main_block(capfd, monkeypatch, path, *argv):
+    """`python PATH ARGV` run in this process: the file's `if __name__ == "__main__":` block executed as the command
+    (runpy), with sys.argv and sys.path (the script sets sys.path[0]) restored after; its exit code, stdout and stderr
+    as subprocess.run reports them (sys.exit's code; a traceback becomes the exception's name, so assertions fail)."""
+    monkeypatch.setattr(sys, "argv", [path, *argv])
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    capfd.readouterr()
+    try:
+        runpy.run_path(path, run_name="__main__")
+        code = 0
+    except SystemExit as end:
+        code = end.code if isinstance(end.code, int) else 0 if end.code is None else 1
+    except Exception as err:  # noqa: BLE001
+        code = f"raised {type(err).__name__}: {err}"
+    out, err = capfd.readouterr()
+    return types.SimpleNamespace(returncode=code, stdout=out, stderr=err)
+
+
 @pytest.mark.parametrize("script", ["study.py", "ladder.py", "recipes.py"])
-def test_the_table_scripts_refuse_arguments(script):
+def test_the_table_scripts_refuse_arguments(script, capfd, monkeypatch):
     """study/*.py take no arguments; a stray one is a typo, refused before any table is written."""
     readme = open(os.path.join(ROOT, "results", "README.md"), "rb").read()
-    r = subprocess.run([sys.executable, os.path.join("study", script), "--tables-only"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    if script == "recipes.py":  # a real process: recipes.py's only one here (study.sh and ladder.sh run the other two)
+        r = subprocess.run([sys.executable, os.path.join("study", script), "--tables-only"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    else:  # its __main__ block in this process
+        monkeypatch.chdir(ROOT)
+        r = main_block(capfd, monkeypatch, os.path.join("study", script), "--tables-only")
     assert open(os.path.join(ROOT, "results", "README.md"), "rb").read() == readme
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--tables-only" in r.stderr and not r.stdout, r
 
@@ -801,6 +828,14 @@ def chaos_copy(tmp_path) -> str:
     return str(tmp_path / "results" / "chaos.py")
 
 
+def chaos_here(capfd, monkeypatch, tmp_path, args=()):
+    """study/chaos.py's command run in this process on the scratch repository tmp_path (chaos_copy), as its copy
+    there would run (ROOT tmp_path): its exit code, stdout and stderr (conftest.in_process)."""
+    monkeypatch.setattr(chaos, "ROOT", str(tmp_path))
+    monkeypatch.setattr(chaos, "CHAOS", str(tmp_path / "results" / "chaos"))
+    return in_process(capfd, lambda argv: run(chaos.main, "study/chaos.py", argv), list(args), timeout=300)
+
+
 def run_chaos(script, limit_bytes=None, args=()):
     def limit():
         if limit_bytes:
@@ -826,20 +861,21 @@ def test_a_full_disk_leaves_results_readme_whole(tmp_path):
     assert not [f for f in os.listdir(readme.parent) if ".tmp" in f]
 
 
-def test_chaos_refuses_a_run_of_another_command_in_a_slot(tmp_path):
+def test_chaos_refuses_a_run_of_another_command_in_a_slot(tmp_path, capfd, monkeypatch):
     """S19: study/chaos.py counted whatever run sat in a slot. Failed before its fix."""
-    script = chaos_copy(tmp_path)
+    chaos_copy(tmp_path)
     slot = tmp_path / "results" / "chaos" / "dyck" / "fixed" / "seed101" / "r0"
     shutil.copytree(committed_slot("fixed", 100, 0), slot)  # seed 100's run in seed 101's slot
     readme = (tmp_path / "results" / "README.md").read_bytes()
-    err = command_line(run_chaos(script))
+    err = command_line(chaos_here(capfd, monkeypatch, tmp_path))
     assert "fixed/seed101/r0" in err and "seed=100" in err
     assert (tmp_path / "results" / "README.md").read_bytes() == readme
-    proc = run_chaos(script, args=["--queue"])  # chaos.sh: lanes.sh would skip the slot, so the queue refuses it
+    # chaos.sh: lanes.sh would skip the slot, so the queue refuses it
+    proc = chaos_here(capfd, monkeypatch, tmp_path, args=["--queue"])
     assert "fixed/seed101/r0" in command_line(proc) and proc.stdout == ""
     shutil.rmtree(slot)
     shutil.copytree(committed_slot("window", 101, 0), slot)  # another schedule in the slot
-    err = command_line(run_chaos(script))
+    err = command_line(chaos_here(capfd, monkeypatch, tmp_path))
     assert "fixed/seed101/r0" in err and "schedule='window'" in err
 
 
@@ -849,13 +885,13 @@ def test_every_committed_chaos_run_is_its_slots_declared_run():
     assert len(done) == 150
 
 
-def test_a_torn_eval_json_in_a_chaos_slot_is_one_line(tmp_path):
+def test_a_torn_eval_json_in_a_chaos_slot_is_one_line(tmp_path, capfd, monkeypatch):
     """T20: a torn eval.json in a chaos slot ended in a traceback. Failed before its fix."""
-    script = chaos_copy(tmp_path)
+    chaos_copy(tmp_path)
     slot = tmp_path / "results" / "chaos" / "dyck" / "fixed" / "seed100" / "r0"
     shutil.copytree(committed_slot(), slot)
     (slot / "eval.json").write_text('{"task": "dyck"')
-    assert "fixed/seed100/r0/eval.json" in command_line(run_chaos(script))
+    assert "fixed/seed100/r0/eval.json" in command_line(chaos_here(capfd, monkeypatch, tmp_path))
 
 
 @pytest.mark.smoke
