@@ -10,6 +10,7 @@ import torch
 
 import metrics
 from config import EMA, Config, build, differences
+from tasks import eval_set, get_task, task_kwargs
 from lab import checkpoint
 from lab.files import load_json
 
@@ -222,6 +223,23 @@ def check_metrics(name: str, m: dict, n: int) -> None:
                 check_value(f"{name} 'shortcuts'[{k!r}][{split!r}]", v[split], "number?")
 
 
+_HARD_CUTS = {}  # (task, its knobs, eval_seed, eval_samples, lengths, n_max) -> hard_shortcut's answer
+
+
+def hard_shortcut(e: dict) -> dict:
+    """The hard subset's best shortcut (metrics.hard_shortcut) of a run evaluated before eval.json carried it,
+    scored on the same fixed test sets (tasks.eval_set of its eval_seed): the number its accuracy there must beat."""
+    cfg = {**dataclasses.asdict(Config()), **e["config"]}
+    kw = task_kwargs(e["task"], cfg)
+    key = (e["task"], tuple(sorted(kw.items())), cfg["eval_seed"], cfg["eval_samples"], tuple(e["lengths"]), e["n_max"])
+    if key not in _HARD_CUTS:
+        task = get_task(e["task"], **kw)
+        sets = eval_set(task, e["lengths"], cfg["eval_samples"], cfg["eval_seed"])
+        _HARD_CUTS[key] = metrics.hard_shortcut(e["lengths"], metrics.shortcut_scores(task, sets, keep=task.hard),
+                                                e["n_max"])
+    return _HARD_CUTS[key]
+
+
 def load_eval(run_dir: str) -> dict:
     """A run's eval.json, checked (keys, types, numbers): one line naming the file and the problem otherwise."""
     path = os.path.join(run_dir, "eval.json")
@@ -251,6 +269,9 @@ def load_eval(run_dir: str) -> dict:
         want = DEPTH_METRICS | (HARD_DEPTH_METRICS if hard is not None else set())
         if isinstance(e["metrics"], dict) and not want <= set(e["metrics"]):  # written before metrics.depth_use
             e["metrics"].update(metrics.depth_use(e["lengths"], e["acc"], hard, e["n_max"], e["K"]))
+        if isinstance(e["metrics"], dict) and e["metrics"].get("oracle_hard_ood") is not None and \
+                "shortcut_hard_ood" not in e["metrics"]:  # written before eval.json carried it
+            e["metrics"].update(hard_shortcut(e))
         check_metrics("metrics", e["metrics"], len(e["lengths"]))
         if "raw_metrics" in e:  # an EMA run's raw weights, read as metrics by study/ladder.py
             if not isinstance(e["raw_metrics"], dict):

@@ -86,7 +86,6 @@ from lab.cli import run  # noqa: E402
 from lab.files import write_json  # noqa: E402
 from metrics import fmt  # noqa: E402
 from study import stats  # noqa: E402
-from study import study  # noqa: E402  (with_hard_shortcut: the hard subset's shortcut of runs that predate it)
 
 TASK = "dyck"
 ROWS = {"window": "--schedule window --w 5", "window_floor": "--schedule window --w 5 --k_min 10",
@@ -328,7 +327,7 @@ def explore() -> dict:
             one_depth += 1
             continue
         by_row.setdefault(row_path(d), []).append(e)
-    rows = [explore_row(p, study.with_hard_shortcut(es)) for p, es in by_row.items()]
+    rows = [explore_row(p, es) for p, es in by_row.items()]
     rank = lambda t: (ORDER.index(t) if t in ORDER else len(ORDER), t)
     rows.sort(key=lambda r: (rank(r["task"]), r["folder"]))
     return {"rows": rows, "excluded": EXCLUDE, "one_depth_runs": one_depth,

@@ -35,9 +35,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __package__ in (None, ""):  # run as `python study/study.py`: the repository is the import root
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from config import Config  # noqa: E402
-import metrics  # noqa: E402
-from tasks import eval_set, get_task, task_kwargs  # noqa: E402
 from lab import records, tables  # noqa: E402
 from lab.cli import no_arguments, run  # noqa: E402
 from lab.files import write_set  # noqa: E402
@@ -130,26 +127,6 @@ def read_choice(task: str, need=("first", "seeds", "flags", "reuse", "rung", "wh
 def round_two_claims(task: str) -> list:
     """Round two's family: the declared claims between its rows (the main rows), Holm within it."""
     return [c for c in declared_claims(task) if set(c.rows) <= set(MAIN)]
-
-
-_HARD_CUTS = {}
-
-
-def with_hard_shortcut(runs: list) -> list:
-    """Runs evaluated before eval.json carried the hard subset's shortcut get it here, from the same
-    fixed test sets (eval_seed, lengths, eval_samples): the number an accuracy there must beat."""
-    for e in runs:
-        m = e["metrics"]
-        if m.get("oracle_hard_ood") is None or "shortcut_hard_ood" in m:
-            continue
-        cfg = Config(**{k: v for k, v in e["config"].items() if k in Config.__dataclass_fields__})
-        key = (cfg.task, cfg.eval_seed, cfg.eval_samples, cfg.test_lengths, cfg.n_max)
-        if key not in _HARD_CUTS:
-            task = get_task(cfg.task, **task_kwargs(cfg.task, e["config"]))
-            sets = eval_set(task, metrics.test_lengths(cfg), cfg.eval_samples, cfg.eval_seed)
-            _HARD_CUTS[key] = metrics.hard_shortcut(sorted(sets), metrics.shortcut_scores(task, sets, keep=task.hard), cfg.n_max)
-        m.update(_HARD_CUTS[key])
-    return runs
 
 
 def per_seed(runs: list, key: str) -> list:
@@ -494,8 +471,7 @@ def main() -> None:
     data = []
     for task in tasks:
         two = round_two(task)
-        data.append((task, {n: with_hard_shortcut(r) for n, r in load(task).items()},
-                     two and (two[0], {n: with_hard_shortcut(r) for n, r in two[1].items()})))
+        data.append((task, load(task), two))
     body, plt = [], pyplot()
     if plt is None:
         print("study/study.py: matplotlib is not installed; tables only, the plots are skipped", file=sys.stderr)

@@ -77,7 +77,7 @@ def test_the_copy_alone_files_import_no_project_file_at_their_top():
 
 # the budgets of the layout (issue 69): a single run loads at most SINGLE_RUN_LINES (the textbook files it uses and the
 # run directory, never the sweep's, the tables' or the statistics' code) and no lab file passes LAB_FILE_LINES.
-# LAB_LINES is a ratchet: issue 69 asked for 3,000; this round reached 3,569 (3,327 of Python and the explorer's page,
+# LAB_LINES is a ratchet: issue 69 asked for 3,000; this round reached 3,589 (3,347 of Python and the explorer's page,
 # lab/explorer.html, 242). Lower it as the lab shrinks; never raise it without saying why.
 LAB_LINES, LAB_FILE_LINES, SINGLE_RUN_LINES = 3600, 450, 3800
 

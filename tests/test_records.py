@@ -297,3 +297,16 @@ def test_every_committed_run_keeps_loading():
     assert len(runs) > 300
     for r in runs:
         records.load_eval(r)
+
+
+def test_a_run_that_predates_the_hard_shortcut_gets_it_when_read():
+    """A run evaluated before eval.json carried the hard subset's best shortcut printed "no shortcut to compare" beside
+    its hard-subset accuracy; load_eval scores the shortcuts on the same fixed test sets, as the run's own evaluation
+    does today (a run that carries it keeps its own number)."""
+    old = os.path.join(os.path.dirname(__file__), "..", "results", "study", "dyck", "fixed", "seed0")
+    assert "shortcut_hard_ood" not in json.load(open(os.path.join(old, "eval.json")))["metrics"]
+    m = records.load_eval(old)["metrics"]
+    assert m["shortcut_hard_ood"] == pytest.approx(11.6, abs=0.05) and m["shortcut_hard_ood_name"]
+    new = glob.glob(os.path.join(os.path.dirname(__file__), "..", "results", "chaos", "dyck", "window", "*", "r0"))[0]
+    assert records.load_eval(new)["metrics"]["shortcut_hard_ood"] == json.load(
+        open(os.path.join(new, "eval.json")))["metrics"]["shortcut_hard_ood"]
